@@ -1,0 +1,32 @@
+"""headrace: streaming pipelines in Python, run on Apache Spark.
+
+>>> import headrace as hr
+>>> p = hr.Pipeline("doc")
+>>> words = p.source("words", hr.sources.Generator("words", limit=1000))
+>>> words.filter(hr.col("line").is_not_null()).sink("out", hr.sinks.Null())
+>>> print(p.explain().splitlines()[0])
+pipeline 'doc'
+"""
+
+from headrace import sinks, sources
+from headrace.aggregates import Agg, count, max, mean, min, sum
+from headrace.api.stream import KeyedStream, Pipeline, Stream, Table, WindowedStream
+from headrace.errors import (
+    HeadraceError,
+    PipelineFailed,
+    PlanError,
+    SetupError,
+    SinkError,
+    SourceError,
+    StepFunctionError,
+)
+from headrace.expr import Expr, col, expr, lit
+from headrace.runtime.runner import RunResult, run
+from headrace.windows import Session, Sliding, Tumbling
+
+__all__ = [
+    "Agg", "Expr", "HeadraceError", "KeyedStream", "Pipeline", "PipelineFailed", "PlanError", "RunResult",
+    "Session", "SetupError", "SinkError", "Sliding", "SourceError", "StepFunctionError", "Stream", "Table",
+    "Tumbling", "WindowedStream", "col", "count", "expr", "lit", "max", "mean", "min", "run", "sinks",
+    "sources", "sum",
+]

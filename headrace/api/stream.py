@@ -1,0 +1,498 @@
+"""The fluent API: Pipeline, Stream, KeyedStream, WindowedStream, Table.
+
+Each call adds one validated node to the pipeline's plan; nothing touches Spark
+until the pipeline runs.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from headrace.aggregates import FUNCTIONS, Agg, result_type
+from headrace.connectors.base import Guarantee, SinkConnector, SourceConnector
+from headrace.durations import to_millis
+from headrace.errors import PlanError
+from headrace.expr import Expr, col
+from headrace.plan.explain import explain_text
+from headrace.plan.graph import Plan, step_error
+from headrace.plan.nodes import (
+    DeadLettersNode,
+    EventTimeNode,
+    JoinNode,
+    KeyByNode,
+    NativeStep,
+    Node,
+    PythonStep,
+    RollingAggregateNode,
+    SinkNode,
+    SourceNode,
+    TableNode,
+    UnionNode,
+    WindowAggregateNode,
+    function_label,
+    user_location,
+)
+from headrace.schema import Schema, is_record_class, schema_of
+from headrace.windows import WindowShape
+
+UNKNOWN = "unknown"
+DEAD_LETTER_SCHEMA: Schema = (("source", "string"), ("position", "string"), ("raw", "string"), ("error", "string"))
+
+
+class Pipeline:
+    """A named streaming application: sources, steps and sinks, run as one Spark query.
+
+    ``guarantee="exactly-once"`` makes building fail if a connector cannot give it.
+    """
+
+    def __init__(self, name: str, *, guarantee: str | None = None) -> None:
+        if not name or not name.replace("-", "_").isidentifier():
+            raise PlanError(f"pipeline name {name!r} must be a non-empty identifier (letters, digits, _ and -)")
+        wanted = None
+        if guarantee is not None:
+            try:
+                wanted = Guarantee(guarantee)
+            except ValueError:
+                options = ", ".join(g.value for g in Guarantee)
+                raise PlanError(f"pipeline {name!r}: unknown guarantee {guarantee!r}; use one of {options}") from None
+        self.plan = Plan(name, wanted)
+        self._counters: dict[str, int] = {}
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    # -- building -------------------------------------------------------------------------
+    def _name(self, given: str | None, kind: str) -> str:
+        if given is not None:
+            if not given or not isinstance(given, str):
+                raise PlanError(f"step name {given!r} must be a non-empty string")
+            return given
+        while True:
+            self._counters[kind] = self._counters.get(kind, 0) + 1
+            candidate = kind if self._counters[kind] == 1 else f"{kind}_{self._counters[kind]}"
+            if candidate not in self.plan.nodes:
+                return candidate
+
+    def source(self, name: str, connector: SourceConnector, *, event_time: str | None = None,
+               max_out_of_orderness: object = 0) -> Stream:
+        """Read ``connector``. With ``event_time``, also declare the event-time field."""
+        if not isinstance(connector, SourceConnector):
+            raise PlanError(f"source {name!r} ({user_location()}): expected a headrace source connector, "
+                            f"got {type(connector).__name__}")
+        node = self.plan.add(SourceNode(name, (), user_location(), connector.schema(), connector=connector))
+        stream = Stream(self, node)
+        if event_time is not None:
+            stream = stream.with_event_time(event_time, max_out_of_orderness, name=f"{name}_event_time")
+        return stream
+
+    def table(self, name: str, rows: Iterable[dict[str, Any]] | None = None, *, schema: Any = None,
+              path: str | None = None, format: str | None = None) -> Table:
+        """A static table to join streams with: ``rows`` given here, or a file read when the pipeline starts."""
+        where = user_location()
+        if (rows is None) == (path is None):
+            raise PlanError(f"table {name!r} ({where}): give either rows=[...] or path=... (and format=)")
+        if path is not None and format not in ("parquet", "json", "csv"):
+            raise PlanError(f"table {name!r} ({where}): format must be parquet, json or csv, got {format!r}")
+        row_tuple = tuple(dict(r) for r in rows) if rows is not None else None
+        if schema is not None:
+            table_schema: Schema | None = schema_of(schema, f"table {name!r}")
+        elif row_tuple:
+            table_schema = tuple((k, _python_type(v)) for k, v in row_tuple[0].items())
+        else:
+            table_schema = None
+        if row_tuple is not None and table_schema is None:
+            raise PlanError(f"table {name!r} ({where}): an empty table needs schema=")
+        node = TableNode(name, (), where, table_schema, rows=row_tuple, path=path, format=format)
+        self.plan.add(node)
+        return Table(self, node)
+
+    def dead_letters(self, *sources: Stream, name: str = "dead_letters") -> Stream:
+        """The records these sources (all that can produce them, by default) could not parse."""
+        where = user_location()
+        if sources:
+            nodes = [s.node for s in sources]
+            for node in nodes:
+                if not isinstance(node, SourceNode):
+                    raise PlanError(f"dead_letters ({where}): {node.name!r} is not a source")
+        else:
+            nodes = [n for n in self.plan.sources() if n.connector.emits_dead_letters]
+        bad = [n.name for n in nodes if not isinstance(n, SourceNode) or not n.connector.emits_dead_letters]
+        if bad or not nodes:
+            raise PlanError(f"dead_letters ({where}): {', '.join(bad) or 'no source'} cannot produce dead letters "
+                            "(file sources reading jsonl or csv can)")
+        return Stream(self, self.plan.add(DeadLettersNode(name, tuple(n.name for n in nodes), where,
+                                                          DEAD_LETTER_SCHEMA)))
+
+    # -- inspecting and running -----------------------------------------------------------------
+    def validate(self) -> Pipeline:
+        self.plan.validate()
+        return self
+
+    def explain(self) -> str:
+        """The DAG, how each node is lowered to Spark and the pipeline's delivery guarantee."""
+        self.plan.validate()
+        return explain_text(self.plan)
+
+    def to_json(self) -> dict[str, Any]:
+        self.plan.validate()
+        return self.plan.to_json()
+
+    def run(self, **options: Any) -> Any:
+        """Run until stopped (Ctrl-C, SIGTERM) or until a bounded input is exhausted.
+        Options are those of :func:`headrace.run`."""
+        from headrace.runtime.runner import run
+        return run(self, **options)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({self.name!r}, {len(self.plan.nodes)} steps)"
+
+
+def _python_type(value: Any) -> str:
+    from headrace.schema import PYTHON_TYPES
+    for python_type, name in PYTHON_TYPES.items():
+        if type(value) is python_type:
+            return name
+    return "string"
+
+
+class Table:
+    """A static table, for enrichment joins."""
+
+    def __init__(self, pipeline: Pipeline, node: TableNode) -> None:
+        self.pipeline, self.node = pipeline, node
+
+
+class Stream:
+    """An unbounded stream of records with a schema."""
+
+    def __init__(self, pipeline: Pipeline, node: Node) -> None:
+        self.pipeline, self.node = pipeline, node
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _add(self, node: Node) -> Node:
+        return self.pipeline.plan.add(node)
+
+    def _fail(self, name: str, where: str, message: str) -> PlanError:
+        return step_error(name, where, message)
+
+    def _check_columns(self, name: str, where: str, needed: Iterable[str], what: str = "column") -> None:
+        known = self.node.schema
+        if known is None:
+            return
+        names = [n for n, _ in known]
+        for column in needed:
+            if column not in names:
+                raise self._fail(name, where, f"unknown {what} {column!r}; the stream from "
+                                              f"{self.node.name!r} has {', '.join(names)}")
+
+    def _type_of(self, column: str) -> str:
+        return dict(self.node.schema or ()).get(column, UNKNOWN)
+
+    def _follow(self, node: Node) -> Stream:
+        return Stream(self.pipeline, self._add(node))
+
+    # -- stateless steps --------------------------------------------------------------------
+    def map(self, fn: Callable[[Any], Any], *, schema: Any = None, name: str | None = None) -> Stream:
+        """Apply ``fn`` to each record (a dict); it returns a dict or a dataclass instance
+        with the fields of ``schema`` (or of ``fn``'s return annotation)."""
+        return self._python("map", fn, schema, name)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, schema: Any = None, name: str | None = None) -> Stream:
+        """Apply ``fn`` to each record; it returns an iterable of zero or more output records."""
+        return self._python("flat_map", fn, schema, name)
+
+    def filter(self, predicate: Callable[[Any], bool] | Expr, *, name: str | None = None) -> Stream:
+        """Keep the records for which ``predicate`` (a Python function or a column expression) is true."""
+        if isinstance(predicate, Expr):
+            step = self.pipeline._name(name, "filter")
+            where = user_location()
+            self._check_columns(step, where, predicate.columns())
+            return self._follow(NativeStep(step, (self.node.name,), where, self.node.schema,
+                                           self.node.event_time, mode="filter", exprs=(("condition", predicate),)))
+        return self._python("filter", predicate, None, name)
+
+    def map_batches(self, fn: Callable[[Any], Any], *, format: str = "arrow", schema: Any = None,
+                    name: str | None = None) -> Stream:
+        """Apply ``fn`` to whole batches: a ``pyarrow.RecordBatch`` (format="arrow") or a pandas
+        DataFrame (format="pandas"); it returns the same kind. Without ``schema`` the output has
+        the input's columns."""
+        if format not in ("arrow", "pandas"):
+            raise PlanError(f"map_batches ({user_location()}): format must be 'arrow' or 'pandas', got {format!r}")
+        return self._python("map_batches", fn, schema, name, batch_format=format)
+
+    def _python(self, mode: str, fn: Any, schema: Any, name: str | None, batch_format: str | None = None) -> Stream:
+        step = self.pipeline._name(name, mode)
+        where = user_location()
+        if not callable(fn):
+            raise self._fail(step, where, f"{mode} needs a function, got {fn!r}")
+        if mode in ("filter",) or (mode == "map_batches" and schema is None):
+            output = self.node.schema
+        else:
+            output = self._output_schema(step, where, mode, fn, schema)
+        event_time = self.node.event_time if output is None or self.node.event_time in dict(output) else None
+        return self._follow(PythonStep(step, (self.node.name,), where, output, event_time, mode=mode, fn=fn,
+                                       batch_format=batch_format, output_schema=output))
+
+    def _output_schema(self, step: str, where: str, mode: str, fn: Any, schema: Any) -> Schema:
+        if schema is not None:
+            return schema_of(schema, f"step '{step}' ({where}) schema")
+        hints = typing.get_type_hints(fn) if hasattr(fn, "__annotations__") else {}
+        returned = hints.get("return")
+        if mode == "flat_map" and typing.get_args(returned):
+            returned = typing.get_args(returned)[0]
+        if is_record_class(returned):
+            return schema_of(returned, f"step '{step}' ({where})")
+        raise self._fail(step, where, f"{mode} needs the output schema of {function_label(fn)}: annotate its return "
+                                      "type with a dataclass or TypedDict, or pass schema={'field': 'type', ...}")
+
+    def select(self, *columns: str | Expr, name: str | None = None, **named: Expr) -> Stream:
+        """Keep (and compute) columns: ``select("a", hr.col("b").alias("c"), d=hr.col("x") * 2)``."""
+        step = self.pipeline._name(name, "select")
+        where = user_location()
+        exprs: list[tuple[str, Expr]] = []
+        for item in columns:
+            e = col(item) if isinstance(item, str) else item
+            out = e.output_name() if isinstance(e, Expr) else None
+            if out is None:
+                raise self._fail(step, where, f"cannot name the column {item!r}: use .alias('name') or name=expr")
+            exprs.append((out, e))
+        exprs.extend(named.items())
+        return self._projection(step, where, "select", exprs, keep_input=False)
+
+    def with_columns(self, *, name: str | None = None, **columns: Expr) -> Stream:
+        """Add or replace columns computed by column expressions."""
+        step = self.pipeline._name(name, "with_columns")
+        return self._projection(step, user_location(), "with_columns", list(columns.items()), keep_input=True)
+
+    def _projection(self, step: str, where: str, mode: str, exprs: list[tuple[str, Expr]],
+                    keep_input: bool) -> Stream:
+        if not exprs:
+            raise self._fail(step, where, f"{mode} needs at least one column")
+        for out, e in exprs:
+            if not isinstance(e, Expr):
+                raise self._fail(step, where, f"column {out!r} must be a column expression (hr.col, hr.lit, "
+                                              f"hr.expr), got {e!r}")
+            self._check_columns(step, where, e.columns())
+        new = {out: (self._type_of(e.args[0]) if e.op == "col" else UNKNOWN) for out, e in exprs}
+        schema: Schema | None = None
+        if self.node.schema is not None:
+            base = [(n, t) for n, t in self.node.schema if n not in new] if keep_input else []
+            schema = tuple(base) + tuple(new.items())
+        event_time = self.node.event_time
+        if event_time is not None:
+            produced = dict(exprs)
+            if event_time in produced:
+                kept = produced[event_time].op == "col" and produced[event_time].args[0] == event_time
+            else:
+                kept = keep_input
+            event_time = event_time if kept else None
+        return self._follow(NativeStep(step, (self.node.name,), where, schema, event_time, mode=mode,
+                                       exprs=tuple(exprs)))
+
+    # -- time, keys, windows -------------------------------------------------------------------
+    def with_event_time(self, field: str, max_out_of_orderness: object = 0, *, name: str | None = None) -> Stream:
+        """Declare ``field`` (a timestamp, or epoch milliseconds) as the event time; the watermark
+        trails the largest event time seen by ``max_out_of_orderness``."""
+        step = self.pipeline._name(name, "event_time")
+        where = user_location()
+        self._check_columns(step, where, [field], "event-time field")
+        kind = self._type_of(field)
+        if kind not in ("timestamp", "long", "int", UNKNOWN):
+            raise self._fail(step, where, f"event-time field {field!r} is a {kind}; it must be a timestamp or "
+                                          "epoch milliseconds (long)")
+        delay = to_millis(max_out_of_orderness, f"step '{step}' max_out_of_orderness")
+        if delay < 0:
+            raise self._fail(step, where, f"max_out_of_orderness must not be negative, got {max_out_of_orderness!r}")
+        schema = None if self.node.schema is None else tuple(
+            (n, "timestamp" if n == field else t) for n, t in self.node.schema)
+        return self._follow(EventTimeNode(step, (self.node.name,), where, schema, field, delay_ms=delay))
+
+    def key_by(self, *keys: str | Callable[[Any], Any], name: str | None = None) -> KeyedStream:
+        """Partition the stream by one or more fields, or by a function of the record (its
+        result becomes the ``key`` column, a string)."""
+        where = user_location()
+        if not keys:
+            raise PlanError(f"key_by ({where}): give at least one field or a function")
+        if len(keys) == 1 and callable(keys[0]):
+            fn = keys[0]
+            step = self.pipeline._name(name and f"{name}_fn", "key_fn")
+            schema = None if self.node.schema is None else (*self.node.schema, ("key", "string"))
+            keyed_input = Stream(self.pipeline, self._add(PythonStep(step, (self.node.name,), where, schema,
+                                                                     self.node.event_time, mode="key", fn=fn)))
+            fields: tuple[str, ...] = ("key",)
+        else:
+            if not all(isinstance(k, str) for k in keys):
+                raise PlanError(f"key_by ({where}): give field names, or a single function")
+            fields = tuple(str(k) for k in keys)
+            keyed_input = self
+        step = self.pipeline._name(name, "key_by")
+        keyed_input._check_columns(step, where, fields, "key field")
+        node = keyed_input._add(KeyByNode(step, (keyed_input.node.name,), where, keyed_input.node.schema,
+                                          keyed_input.node.event_time, keys=fields))
+        return KeyedStream(self.pipeline, node)
+
+    def window(self, shape: WindowShape, *, name: str | None = None) -> WindowedStream:
+        """Group the whole stream (one group) into event-time windows."""
+        return WindowedStream(self, shape, (), name, user_location())
+
+    def join(self, table: Table, on: str | list[str], *, how: str = "inner", name: str | None = None) -> Stream:
+        """Enrich each record with the row of a static table that has the same ``on`` fields."""
+        step = self.pipeline._name(name, "join")
+        where = user_location()
+        if not isinstance(table, Table):
+            raise self._fail(step, where, f"join needs a table from pipeline.table(...), got {type(table).__name__}")
+        if how not in ("inner", "left"):
+            raise self._fail(step, where, f"how must be 'inner' or 'left', got {how!r}")
+        keys = (on,) if isinstance(on, str) else tuple(on)
+        self._check_columns(step, where, keys, "join field")
+        table_schema = table.node.schema
+        if table_schema is not None:
+            missing = [k for k in keys if k not in dict(table_schema)]
+            if missing:
+                raise self._fail(step, where, f"table {table.node.name!r} has no column {missing[0]!r}; it has "
+                                              f"{', '.join(n for n, _ in table_schema)}")
+        schema = None
+        if self.node.schema is not None and table_schema is not None:
+            schema = tuple(self.node.schema) + tuple((n, t) for n, t in table_schema if n not in keys)
+        return self._follow(JoinNode(step, (self.node.name, table.node.name), where, schema, self.node.event_time,
+                                     on=keys, how=how))
+
+    def union(self, *others: Stream, name: str | None = None) -> Stream:
+        """All records of this stream and ``others``, which must have the same fields."""
+        step = self.pipeline._name(name, "union")
+        where = user_location()
+        if not others:
+            raise self._fail(step, where, "union needs at least one other stream")
+        mine = sorted(dict(self.node.schema or ()).keys())
+        for other in others:
+            if other.pipeline is not self.pipeline:
+                raise self._fail(step, where, f"stream {other.node.name!r} belongs to another pipeline")
+            theirs = sorted(dict(other.node.schema or ()).keys())
+            if self.node.schema is not None and other.node.schema is not None and theirs != mine:
+                raise self._fail(step, where, f"streams with different fields cannot be united: "
+                                              f"{self.node.name!r} has {mine}, {other.node.name!r} has {theirs}")
+        times = {s.node.event_time for s in (self, *others)}
+        event_time = times.pop() if len(times) == 1 else None
+        inputs = (self.node.name, *(o.node.name for o in others))
+        return self._follow(UnionNode(step, inputs, where, self.node.schema, event_time))
+
+    # -- sinks ------------------------------------------------------------------------------------
+    def sink(self, name: str, connector: SinkConnector) -> None:
+        """Send every record of this stream to ``connector``."""
+        where = user_location()
+        if not isinstance(connector, SinkConnector):
+            raise PlanError(f"sink {name!r} ({where}): expected a headrace sink connector, got "
+                            f"{type(connector).__name__}")
+        self._add(SinkNode(name, (self.node.name,), where, self.node.schema, connector=connector))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.node.name!r})"
+
+
+class KeyedStream(Stream):
+    """A stream partitioned by key: rolling aggregates and windows are computed per key."""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.node.keys or ()
+
+    def aggregate(self, *, name: str | None = None, **aggs: Agg) -> Stream:
+        """Running aggregates per key, emitted for each key a micro-batch updates."""
+        step = self.pipeline._name(name, "aggregate")
+        where = user_location()
+        checked = _check_aggs(self, step, where, aggs)
+        schema = _aggregate_schema(self, checked)
+        return self._follow(RollingAggregateNode(step, (self.node.name,), where, schema, keys=self.keys,
+                                                 aggs=checked))
+
+    def count(self, *, name: str | None = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "count"), count=Agg("count"))
+
+    def sum(self, column: str, *, name: str | None = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "sum"), sum=Agg("sum", column))
+
+    def min(self, column: str, *, name: str | None = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "min"), min=Agg("min", column))
+
+    def max(self, column: str, *, name: str | None = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "max"), max=Agg("max", column))
+
+    def mean(self, column: str, *, name: str | None = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "mean"), mean=Agg("mean", column))
+
+    def reduce(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], *,
+               name: str | None = None) -> Stream:
+        """Fold each key's records with ``fn(accumulated, record) -> record`` (Flink's reduce); emits the
+        key's current result for every key a micro-batch updates. Records keep the stream's schema."""
+        step = self.pipeline._name(name, "reduce")
+        where = user_location()
+        if not callable(fn):
+            raise self._fail(step, where, f"reduce needs a function, got {fn!r}")
+        if self.node.schema is None or UNKNOWN in dict(self.node.schema).values():
+            raise self._fail(step, where, "reduce needs a stream whose field types are known; declare them with a "
+                                          "map(..., schema=...) before key_by")
+        return self._follow(RollingAggregateNode(step, (self.node.name,), where, self.node.schema, keys=self.keys,
+                                                 reduce_fn=fn))
+
+    def window(self, shape: WindowShape, *, name: str | None = None) -> WindowedStream:
+        """Group each key's records into event-time windows."""
+        return WindowedStream(self, shape, self.keys, name, user_location())
+
+
+class WindowedStream:
+    """A keyed (or whole) stream grouped into event-time windows; aggregate it to get a stream."""
+
+    def __init__(self, stream: Stream, shape: WindowShape, keys: tuple[str, ...], name: str | None,
+                 where: str) -> None:
+        if not isinstance(shape, WindowShape):
+            raise PlanError(f"window ({where}): expected hr.Tumbling, hr.Sliding or hr.Session, got {shape!r}")
+        self.stream, self.shape, self.keys, self.name, self.where = stream, shape, keys, name, where
+        if stream.node.event_time is None:
+            step = name or "window"
+            raise step_error(step, where, f"the stream from {stream.node.name!r} has no event time; declare it with "
+                                          ".with_event_time('field', max_out_of_orderness) (or event_time= on the "
+                                          "source) before windowing")
+
+    def aggregate(self, *, emit: str = "final", **aggs: Agg) -> Stream:
+        """Aggregates per key and window; output: the keys, ``window_start``, ``window_end`` and one
+        column per aggregate. ``emit="final"`` gives one row per window once the watermark passes its
+        end; ``emit="updates"`` a row each micro-batch that changes the window."""
+        stream = self.stream
+        step = stream.pipeline._name(self.name, "window")
+        if emit not in ("final", "updates"):
+            raise step_error(step, self.where, f"emit must be 'final' or 'updates', got {emit!r}")
+        checked = _check_aggs(stream, step, self.where, aggs)
+        schema = _aggregate_schema(stream, checked, windowed=True)
+        return stream._follow(WindowAggregateNode(step, (stream.node.name,), self.where, schema, keys=self.keys,
+                                                  window=self.shape, aggs=checked, emit=emit))
+
+    def count(self, *, emit: str = "final") -> Stream:
+        return self.aggregate(emit=emit, count=Agg("count"))
+
+
+def _check_aggs(stream: Stream, step: str, where: str, aggs: dict[str, Agg]) -> tuple[tuple[str, Agg], ...]:
+    if not aggs:
+        raise step_error(step, where, "give at least one aggregate, e.g. aggregate(n=hr.count(), total=hr.sum('x'))")
+    for out, agg in aggs.items():
+        if not isinstance(agg, Agg) or agg.func not in FUNCTIONS:
+            raise step_error(step, where, f"{out}={agg!r} is not an aggregate; use hr.count(), hr.sum(col), "
+                                          "hr.min(col), hr.max(col) or hr.mean(col)")
+        if agg.column is not None:
+            stream._check_columns(step, where, [agg.column])
+    return tuple(aggs.items())
+
+
+def _aggregate_schema(stream: Stream, aggs: tuple[tuple[str, Agg], ...], windowed: bool = False) -> Schema | None:
+    keys = stream.node.keys or ()
+    if stream.node.schema is None:
+        return None
+    types = dict(stream.node.schema)
+    out = [(k, types.get(k, UNKNOWN)) for k in keys]
+    if windowed:
+        out += [("window_start", "timestamp"), ("window_end", "timestamp")]
+    for name, agg in aggs:
+        out.append((name, result_type(agg, types.get(agg.column) if agg.column else None) or UNKNOWN))
+    return tuple(out)

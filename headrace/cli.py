@@ -1,0 +1,138 @@
+"""The ``headrace`` command: a thin layer over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+from typing import Any
+
+from headrace.errors import HeadraceError
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit status 2."""
+
+
+def load_pipeline(target: str) -> Any:
+    """``FILE[:PIPELINE]``: run FILE as a module (not as __main__) and pick a Pipeline from it."""
+    from headrace.api.stream import Pipeline
+
+    path, _, wanted = target.partition(":")
+    if not os.path.isfile(path):
+        raise UsageError(f"no such file: {path}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        namespace = runpy.run_path(path, run_name="__headrace__")
+    except HeadraceError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"{path} failed to load: {type(exc).__name__}: {exc}") from None
+    found = {name: value for name, value in namespace.items() if isinstance(value, Pipeline)}
+    if wanted:
+        for variable, pipeline in found.items():
+            if wanted in (variable, pipeline.name):
+                return pipeline
+        raise UsageError(f"{path} has no pipeline named {wanted!r}; it has: {', '.join(found) or 'none'}")
+    if not found:
+        raise UsageError(f"{path} defines no headrace Pipeline at module level")
+    if len(found) > 1:
+        raise UsageError(f"{path} defines several pipelines ({', '.join(found)}); choose one with {path}:NAME")
+    return next(iter(found.values()))
+
+
+def _progress(args: argparse.Namespace) -> str:
+    return "json" if args.json else "quiet" if args.quiet else "line"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    pipeline = load_pipeline(args.target)
+    result = pipeline.run(state_dir=args.state_dir, master=args.master, progress=_progress(args), fresh=args.fresh,
+                          max_seconds=args.max_seconds)
+    _report(result, args)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    pipeline = load_pipeline(args.target)
+    print(json.dumps(pipeline.to_json(), indent=2, default=str) if args.json else pipeline.explain())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from headrace.demo import ysb_pipeline
+
+    pipeline = ysb_pipeline(variant=args.variant, limit=args.limit)
+    if not args.json and not args.quiet:
+        print(pipeline.explain(), end="\n\n", flush=True)
+    result = pipeline.run(state_dir=args.state_dir, master=args.master, progress=_progress(args), fresh=True)
+    _report(result, args)
+    return 0
+
+
+def _report(result: Any, args: argparse.Namespace) -> None:
+    summary = {"pipeline": result.pipeline, "batches": result.batches, "input_rows": result.input_rows,
+               "dead_letters": result.dead_letters, "late_rows_dropped": result.late_rows_dropped,
+               "stopped_by": result.stopped_by, "elapsed_s": result.elapsed_s, "checkpoint": result.checkpoint}
+    if args.json:
+        print(json.dumps({"result": summary}))
+    elif not args.quiet:
+        print(f"\n{result.pipeline}: {result.input_rows:,} rows in {result.batches} batches, "
+              f"{result.dead_letters} dead letters, stopped: {result.stopped_by} ({result.elapsed_s} s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="headrace", description="Streaming pipelines in Python, run on Spark.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def runtime_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--state-dir", help="where checkpoints live (default: $HEADRACE_STATE_DIR or .headrace)")
+        sub.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*])")
+        shown = sub.add_mutually_exclusive_group()
+        shown.add_argument("--quiet", action="store_true", help="no progress display")
+        shown.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
+
+    run = commands.add_parser("run", help="run a pipeline until its input ends or Ctrl-C",
+                              description="Run FILE's pipeline; Ctrl-C or SIGTERM stops it at a batch boundary, "
+                                          "and the next run continues from its checkpoint.")
+    run.add_argument("target", metavar="FILE[:PIPELINE]")
+    run.add_argument("--fresh", action="store_true", help="forget the checkpoint and start from the beginning")
+    run.add_argument("--max-seconds", type=float, help="stop after this many seconds")
+    runtime_options(run)
+    run.set_defaults(handler=cmd_run)
+
+    explain = commands.add_parser("explain", help="print the DAG, its lowering to Spark and its guarantee",
+                                  description="Print a pipeline's plan without running it.")
+    explain.add_argument("target", metavar="FILE[:PIPELINE]")
+    explain.add_argument("--json", action="store_true", help="the plan as JSON")
+    explain.set_defaults(handler=cmd_explain)
+
+    demo = commands.add_parser("demo", help="run the Yahoo Streaming Benchmark pipeline on generated events",
+                               description="Generated ad events -> views -> join campaigns -> count per campaign "
+                                           "per 10 s window, printed to the console.")
+    demo.add_argument("--variant", choices=["native", "python"], default="native")
+    demo.add_argument("--limit", type=int, default=3_000_000, help="events to generate (default 3,000,000)")
+    runtime_options(demo)
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except UsageError as exc:
+        print(f"headrace: error: {exc}", file=sys.stderr)
+        return 2
+    except HeadraceError as exc:
+        print(f"headrace: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("headrace: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

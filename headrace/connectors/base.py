@@ -1,0 +1,130 @@
+"""What every connector declares, and the contract between headrace and its Python data sources.
+
+Sources are Spark Python data sources (``pyspark.sql.datasource``). Besides the
+columns of their schema, every headrace source emits:
+
+* ``_hr_ctl`` (long, nullable): null on data rows. A *control row* has every
+  data column null and ``_hr_ctl`` set to an event time in epoch milliseconds
+  that only the watermark sees: the compiler turns it into the row's event time
+  (plus the declared out-of-orderness) and drops the row right after the
+  watermark operator. A bounded source ends with one control row at
+  ``FLUSH_TIME_MS`` so that the next micro-batch fires every open window.
+* when ``emits_dead_letters`` is true, ``_hr_dead_raw``, ``_hr_dead_error`` and
+  ``_hr_dead_position`` (strings, null on good rows): a record that could not
+  be parsed, with its data columns null.
+
+Every source takes the Spark options ``hr_run_dir`` and ``hr_source``. When the
+file ``<hr_run_dir>/stop`` exists, ``latestOffset`` must return the offset it
+returned last (the runtime is draining the pipeline to a batch boundary). A
+bounded source writes ``<hr_run_dir>/exhausted/<hr_source>`` once the offset it
+returns covers all its input, flush row included.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from headrace.schema import Schema
+
+CONTROL_COLUMN = "_hr_ctl"
+DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
+# 9999-12-31: raises the watermark past every real window at the end of a bounded input.
+FLUSH_TIME_MS = 253_402_214_400_000
+
+
+class Guarantee(Enum):
+    """Delivery guarantees, strongest first."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+
+    @property
+    def rank(self) -> int:
+        return list(Guarantee).index(self)
+
+    @staticmethod
+    def weakest(guarantees: list[Guarantee]) -> Guarantee:
+        return max(guarantees, key=lambda g: g.rank, default=Guarantee.EXACTLY_ONCE)
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """Where a running source keeps its run-time files."""
+
+    run_dir: str
+    source_name: str
+
+    def options(self) -> dict[str, str]:
+        return {"hr_run_dir": self.run_dir, "hr_source": self.source_name}
+
+
+class SourceConnector:
+    """A source: a Spark Python data source plus what headrace needs to know about it."""
+
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    emits_dead_letters: bool = False
+
+    @property
+    def bounded(self) -> bool:
+        """True when the input ends: the pipeline then runs to completion and flushes its windows."""
+        return False
+
+    def schema(self) -> Schema:
+        raise NotImplementedError
+
+    def data_source(self) -> type:
+        """The ``pyspark.sql.datasource.DataSource`` subclass to register."""
+        raise NotImplementedError
+
+    def options(self) -> dict[str, str]:
+        """Spark options describing this source (strings only)."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description for explain and the plan's JSON."""
+        return {"type": type(self).__name__, **self.options()}
+
+    def prepare(self, context: SourceContext) -> None:  # noqa: B027 - optional hook
+        """Called on the driver before the query starts (write fixtures, check paths)."""
+
+
+class SinkConnector:
+    """A sink. It writes each micro-batch through ``write_batch`` (Spark's foreachBatch),
+    or, when it is a pipeline's only sink and ``native_format`` is set, through Spark's
+    own streaming writer of that format."""
+
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    native_format: str | None = None
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        raise NotImplementedError
+
+    def native_options(self) -> dict[str, str]:
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": type(self).__name__}
+
+    def prepare(self, run_dir: str) -> None:  # noqa: B027 - optional hook
+        """Called on the driver before the query starts."""
+
+
+# Helpers shared by the Python data sources (they run in Spark's Python workers).
+
+def stop_requested(options: dict[str, str]) -> bool:
+    run_dir = options.get("hr_run_dir") or ""
+    return bool(run_dir) and os.path.exists(os.path.join(run_dir, "stop"))
+
+
+def mark_exhausted(options: dict[str, str]) -> None:
+    run_dir, name = options.get("hr_run_dir") or "", options.get("hr_source") or ""
+    if not run_dir or not name:
+        return
+    folder = os.path.join(run_dir, "exhausted")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "w") as marker:
+        marker.write("done\n")

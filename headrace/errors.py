@@ -1,0 +1,31 @@
+"""One exception tree for everything headrace raises."""
+
+from __future__ import annotations
+
+
+class HeadraceError(Exception):
+    """Base of every error headrace raises on purpose."""
+
+
+class SetupError(HeadraceError):
+    """The machine lacks something headrace needs (Java, a writable state directory)."""
+
+
+class PlanError(HeadraceError):
+    """A pipeline is not valid; raised while it is built, before Spark starts."""
+
+
+class StepFunctionError(HeadraceError):
+    """A user function raised, or returned a value of the wrong type, while records flowed."""
+
+
+class SourceError(HeadraceError):
+    """A source could not read its input, or found a bad record with fail-fast set."""
+
+
+class SinkError(HeadraceError):
+    """A sink could not write or commit a batch."""
+
+
+class PipelineFailed(HeadraceError):
+    """The Spark query behind a pipeline stopped with an error headrace did not raise itself."""

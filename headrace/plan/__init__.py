@@ -1,0 +1,1 @@
+"""The logical plan: nodes, validation, JSON and explain."""

@@ -1,0 +1,89 @@
+"""The plan: an ordered set of nodes joined by name, validated as it grows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from headrace.connectors.base import Guarantee
+from headrace.errors import PlanError
+from headrace.plan.nodes import Node, SinkNode, SourceNode, TableNode
+
+
+def step_error(node_name: str, defined_at: str, message: str) -> PlanError:
+    return PlanError(f"step '{node_name}' ({defined_at}): {message}")
+
+
+class Plan:
+    """Nodes in the order they were added (inputs always come first)."""
+
+    def __init__(self, name: str, guarantee: Guarantee | None = None) -> None:
+        self.name = name
+        self.requested_guarantee = guarantee
+        self.nodes: dict[str, Node] = {}
+
+    def add(self, node: Node) -> Node:
+        if node.name in self.nodes:
+            first = self.nodes[node.name]
+            raise step_error(node.name, node.defined_at,
+                             f"the name is already used by the {first.kind} step defined at {first.defined_at}; "
+                             "every step needs a unique name (it identifies the step's state)")
+        for input_name in node.inputs:
+            if input_name not in self.nodes:
+                raise step_error(node.name, node.defined_at, f"input {input_name!r} is not in pipeline {self.name!r}")
+        self.nodes[node.name] = node
+        return node
+
+    def consumers(self, name: str) -> list[Node]:
+        return [n for n in self.nodes.values() if name in n.inputs]
+
+    def sources(self) -> list[SourceNode]:
+        return [n for n in self.nodes.values() if isinstance(n, SourceNode)]
+
+    def sinks(self) -> list[SinkNode]:
+        return [n for n in self.nodes.values() if isinstance(n, SinkNode)]
+
+    def upstream(self, name: str) -> set[str]:
+        """Every node that feeds ``name``, directly or not."""
+        seen: set[str] = set()
+        todo = list(self.nodes[name].inputs)
+        while todo:
+            current = todo.pop()
+            if current not in seen:
+                seen.add(current)
+                todo.extend(self.nodes[current].inputs)
+        return seen
+
+    def guarantee(self) -> tuple[Guarantee, list[str]]:
+        """The pipeline's guarantee (its weakest connector) and why."""
+        connectors = [(n.name, n.connector) for n in self.sources()] + [(n.name, n.connector) for n in self.sinks()]
+        parts = [(name, connector.guarantee) for name, connector in connectors]
+        weakest = Guarantee.weakest([g for _, g in parts])
+        return weakest, [f"{name}: {g.value}" for name, g in parts]
+
+    def validate(self) -> None:
+        """Whole-pipeline checks; single steps are checked as they are added."""
+        if not self.sources():
+            raise PlanError(f"pipeline {self.name!r} has no source; add one with pipeline.source(...)")
+        if not self.sinks():
+            raise PlanError(f"pipeline {self.name!r} has no sink; send a stream somewhere with stream.sink(...)")
+        for node in self.nodes.values():
+            if isinstance(node, (SinkNode, TableNode)) or self.consumers(node.name):
+                continue
+            raise step_error(node.name, node.defined_at,
+                             "this stream goes nowhere: send it to a sink with .sink(...) or remove the step")
+        if self.requested_guarantee is not None:
+            actual, parts = self.guarantee()
+            if actual.rank > self.requested_guarantee.rank:
+                weak = [p for p in parts if not p.endswith(self.requested_guarantee.value)]
+                raise PlanError(f"pipeline {self.name!r} asks for {self.requested_guarantee.value} but can only give "
+                                f"{actual.value}: {', '.join(weak)}; use connectors that give "
+                                f"{self.requested_guarantee.value} or ask for less")
+
+    def to_json(self) -> dict[str, Any]:
+        guarantee, parts = self.guarantee()
+        return {"pipeline": self.name, "guarantee": guarantee.value, "guarantee_by_connector": parts,
+                "nodes": [n.to_json() for n in self.nodes.values()]}
+
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2, default=str)

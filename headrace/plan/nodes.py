@@ -1,0 +1,237 @@
+"""The plan's nodes: frozen, JSON-able, free of Spark.
+
+Every node has a unique ``name`` (its state identity), the names of its
+``inputs``, where the user defined it (``defined_at``, ``file:line``), and what
+is known of its output: ``schema`` (None when unknown), the ``event_time`` field
+and the ``keys`` of a keyed stream. A handful of primitive kinds are lowered by
+the compiler; ``map``, ``filter``, ``count`` and friends are built from them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from headrace.aggregates import Agg
+from headrace.connectors.base import SinkConnector, SourceConnector
+from headrace.expr import Expr
+from headrace.schema import Schema
+from headrace.windows import WindowShape
+
+
+def function_label(fn: Callable[..., Any]) -> str:
+    """``parse_event at app.py:12``: how errors and explain name a user function."""
+    code = getattr(fn, "__code__", None)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if code is None:
+        return name
+    return f"{name} at {code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}"
+
+
+@dataclass(frozen=True)
+class Node:
+    kind: ClassVar[str] = "node"
+    name: str
+    inputs: tuple[str, ...]
+    defined_at: str
+    schema: Schema | None
+    event_time: str | None = None
+    keys: tuple[str, ...] | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The node's own settings, for JSON and explain."""
+        return {}
+
+    def summary(self) -> str:
+        """One line for explain."""
+        return self.kind
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "kind": self.kind, "inputs": list(self.inputs),
+            "defined_at": self.defined_at,
+            "schema": [list(pair) for pair in self.schema] if self.schema is not None else None,
+            "event_time": self.event_time, "keys": list(self.keys) if self.keys is not None else None,
+            **self.params(),
+        }
+
+
+@dataclass(frozen=True)
+class SourceNode(Node):
+    kind: ClassVar[str] = "source"
+    connector: SourceConnector = field(default=None, compare=False)  # type: ignore[assignment]
+    delay_ms: int = 0
+
+    def params(self) -> dict[str, Any]:
+        return {"connector": self.connector.describe(), "guarantee": self.connector.guarantee.value}
+
+    def summary(self) -> str:
+        return f"source {type(self.connector).__name__}"
+
+
+@dataclass(frozen=True)
+class TableNode(Node):
+    """A static table for lookups: rows given in Python, or a file read once at start."""
+
+    kind: ClassVar[str] = "table"
+    rows: tuple[dict[str, Any], ...] | None = field(default=None, compare=False)
+    path: str | None = None
+    format: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"rows": len(self.rows) if self.rows is not None else None, "path": self.path, "format": self.format}
+
+    def summary(self) -> str:
+        return f"table ({len(self.rows)} rows)" if self.rows is not None else f"table {self.format} {self.path}"
+
+
+@dataclass(frozen=True)
+class PythonStep(Node):
+    """A stateless step running a Python function: map, flat_map, filter, key (key_by a
+    function) or map_batches (over a pyarrow.RecordBatch or a pandas DataFrame)."""
+
+    kind: ClassVar[str] = "python"
+    mode: str = "map"
+    fn: Callable[..., Any] = field(default=None, compare=False)  # type: ignore[assignment]
+    batch_format: str | None = None
+    output_schema: Schema | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"mode": self.mode, "function": function_label(self.fn), "batch_format": self.batch_format}
+
+    def summary(self) -> str:
+        return f"{self.mode} {function_label(self.fn)}"
+
+
+@dataclass(frozen=True)
+class NativeStep(Node):
+    """A stateless step of column expressions: filter, select or with_columns."""
+
+    kind: ClassVar[str] = "native"
+    mode: str = "filter"
+    exprs: tuple[tuple[str, Expr], ...] = ()
+
+    def params(self) -> dict[str, Any]:
+        return {"mode": self.mode, "exprs": [[n, e.to_json()] for n, e in self.exprs]}
+
+    def summary(self) -> str:
+        if self.mode == "filter":
+            return f"filter {self.exprs[0][1]!r}"
+        return f"{self.mode} " + ", ".join(n if e.output_name() == n else f"{n}={e!r}" for n, e in self.exprs)
+
+
+@dataclass(frozen=True)
+class EventTimeNode(Node):
+    """Declares the event-time field and the maximum out-of-orderness (the watermark delay)."""
+
+    kind: ClassVar[str] = "event_time"
+    delay_ms: int = 0
+
+    def params(self) -> dict[str, Any]:
+        return {"delay_ms": self.delay_ms}
+
+    def summary(self) -> str:
+        return f"event time {self.event_time!r}, max out-of-orderness {self.delay_ms} ms"
+
+
+@dataclass(frozen=True)
+class KeyByNode(Node):
+    kind: ClassVar[str] = "key_by"
+
+    def summary(self) -> str:
+        return f"key by {', '.join(self.keys or ())}"
+
+
+@dataclass(frozen=True)
+class RollingAggregateNode(Node):
+    """Per-key running aggregates, updated and emitted for every key a micro-batch touches.
+    With ``reduce_fn``, a custom reduce over whole records instead of built-in aggregates."""
+
+    kind: ClassVar[str] = "rolling_aggregate"
+    aggs: tuple[tuple[str, Agg], ...] = ()
+    reduce_fn: Callable[..., Any] | None = field(default=None, compare=False)
+
+    def params(self) -> dict[str, Any]:
+        return {"aggs": {n: a.to_json() for n, a in self.aggs},
+                "reduce": function_label(self.reduce_fn) if self.reduce_fn else None}
+
+    def summary(self) -> str:
+        if self.reduce_fn is not None:
+            return f"rolling reduce {function_label(self.reduce_fn)}"
+        return "rolling " + ", ".join(f"{n}={a!r}" for n, a in self.aggs)
+
+
+@dataclass(frozen=True)
+class WindowAggregateNode(Node):
+    """Aggregates per key and event-time window. ``emit`` is ``final`` (one row when the
+    watermark passes the window's end) or ``updates`` (a row each batch a window changes)."""
+
+    kind: ClassVar[str] = "window_aggregate"
+    window: WindowShape = field(default=None, compare=False)  # type: ignore[assignment]
+    aggs: tuple[tuple[str, Agg], ...] = ()
+    emit: str = "final"
+
+    def params(self) -> dict[str, Any]:
+        return {"window": self.window.to_json(), "aggs": {n: a.to_json() for n, a in self.aggs}, "emit": self.emit}
+
+    def summary(self) -> str:
+        aggs = ", ".join(f"{n}={a!r}" for n, a in self.aggs)
+        return f"window {self.window}: {aggs} (emit {self.emit})"
+
+
+@dataclass(frozen=True)
+class JoinNode(Node):
+    """A stream joined with a static table (inputs: the stream, then the table)."""
+
+    kind: ClassVar[str] = "join"
+    on: tuple[str, ...] = ()
+    how: str = "inner"
+
+    def params(self) -> dict[str, Any]:
+        return {"on": list(self.on), "how": self.how}
+
+    def summary(self) -> str:
+        return f"{self.how} join with table {self.inputs[1]!r} on {', '.join(self.on)}"
+
+
+@dataclass(frozen=True)
+class UnionNode(Node):
+    kind: ClassVar[str] = "union"
+
+    def summary(self) -> str:
+        return f"union of {', '.join(self.inputs)}"
+
+
+@dataclass(frozen=True)
+class DeadLettersNode(Node):
+    """The records its input sources could not parse: source, position, raw record, error."""
+
+    kind: ClassVar[str] = "dead_letters"
+
+    def summary(self) -> str:
+        return f"dead letters of {', '.join(self.inputs)}"
+
+
+@dataclass(frozen=True)
+class SinkNode(Node):
+    kind: ClassVar[str] = "sink"
+    connector: SinkConnector = field(default=None, compare=False)  # type: ignore[assignment]
+
+    def params(self) -> dict[str, Any]:
+        return {"connector": self.connector.describe(), "guarantee": self.connector.guarantee.value}
+
+    def summary(self) -> str:
+        return f"sink {type(self.connector).__name__}"
+
+
+def user_location() -> str:
+    """``file:line`` of the first caller outside the headrace package."""
+    import headrace
+
+    package_dir = headrace.__path__[0]
+    for frame in inspect.stack()[1:]:
+        if not frame.filename.startswith(package_dir):
+            return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+    return "<headrace>"

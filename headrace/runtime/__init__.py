@@ -1,0 +1,1 @@
+"""Running pipelines: the Spark session, checkpoints, stop and restart, progress."""

@@ -1,0 +1,9 @@
+"""Every sink connector, by name: ``hr.sinks.Console()``, ``hr.sinks.Postgres(...)``."""
+
+from headrace.connectors.console import Console
+from headrace.connectors.files_sink import FileSink as Files
+from headrace.connectors.null_sink import Null
+from headrace.connectors.postgres import Postgres
+from headrace.testing import TestSink
+
+__all__ = ["Console", "Files", "Null", "Postgres", "TestSink"]

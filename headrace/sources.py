@@ -1,0 +1,8 @@
+"""Every source connector, by name: ``hr.sources.Generator(...)``, ``hr.sources.Files(...)``."""
+
+from headrace.connectors.files_source import FileSource as Files
+from headrace.connectors.generator import Generator, ysb_ads
+from headrace.connectors.socket import Socket
+from headrace.testing import TestSource
+
+__all__ = ["Files", "Generator", "Socket", "TestSource", "ysb_ads"]

@@ -1,0 +1,1 @@
+"""Lowering plans to Spark: the only package that imports PySpark (camelCase stays here)."""

@@ -1,0 +1,239 @@
+"""The test kit: explicit micro-batches in, collected rows out.
+
+>>> import headrace as hr
+>>> from headrace.testing import TestSource, TestSink, run_to_completion
+>>> source = TestSource([[{"word": "a"}, {"word": "b"}], [{"word": "a"}]], schema={"word": "string"})
+>>> p = hr.Pipeline("doc_words")
+>>> sink = TestSink()
+>>> p.source("words", source).key_by("word").count().sink("counts", sink)
+>>> out = run_to_completion(p)  # doctest: +SKIP
+>>> sorted((r["word"], r["count"]) for r in out["counts"])  # doctest: +SKIP
+[('a', 1), ('a', 2), ('b', 1)]
+
+Each list given to :class:`TestSource` is one micro-batch, processed to completion
+(including the watermark's effect) before the next is offered; a :class:`Watermark`
+moves the watermark without adding data to any window.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from headrace.connectors.base import (
+    CONTROL_COLUMN,
+    FLUSH_TIME_MS,
+    Guarantee,
+    SinkConnector,
+    SourceConnector,
+    SourceContext,
+    mark_exhausted,
+)
+from headrace.errors import PlanError
+from headrace.schema import Schema, schema_of
+
+__all__ = ["TestSource", "TestSink", "Watermark", "run_to_completion"]
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A marker: move the watermark to ``time`` (epoch ms or a datetime) at this point of the input."""
+
+    time: int | datetime.datetime
+
+    def millis(self) -> int:
+        if isinstance(self.time, datetime.datetime):
+            moment = self.time if self.time.tzinfo else self.time.replace(tzinfo=datetime.UTC)
+            return int(moment.timestamp() * 1000)
+        return int(self.time)
+
+
+def _folder(run_dir: str) -> str:
+    return os.path.join(run_dir, "test_source")
+
+
+def _released(run_dir: str, name: str) -> int:
+    try:
+        with open(os.path.join(_folder(run_dir), f"{name}.released")) as handle:
+            return int(handle.read().strip() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+class TestSource(SourceConnector):
+    """A bounded source that replays explicit micro-batches (lists of dicts) and
+    :class:`Watermark` markers, one micro-batch per step of the run. Timestamps may be
+    given as datetimes or epoch milliseconds. With ``flush=True`` (the default) the input
+    ends like any bounded input: every open window fires."""
+
+    __test__ = False  # not a pytest test class
+    guarantee = Guarantee.EXACTLY_ONCE
+    paced = True
+
+    @property
+    def bounded(self) -> bool:
+        return True
+
+    def __init__(self, batches: Sequence[Sequence[dict[str, Any]] | Watermark], *, schema: Any,
+                 flush: bool = True) -> None:
+        self._schema = schema_of(schema, "TestSource schema")
+        self.flush = flush
+        self.steps: list[list[dict[str, Any]] | Watermark] = []
+        names = dict(self._schema)
+        for number, batch in enumerate(batches):
+            if isinstance(batch, Watermark):
+                self.steps.append(batch)
+                continue
+            if isinstance(batch, dict) or not isinstance(batch, Sequence):
+                raise PlanError(f"TestSource batch {number}: expected a list of records or a Watermark, got "
+                                f"{type(batch).__name__} (wrap single records in a list per micro-batch)")
+            rows = []
+            for row in batch:
+                unknown = set(row) - set(names)
+                if unknown:
+                    raise PlanError(f"TestSource batch {number}: record {row!r} has fields {sorted(unknown)} that "
+                                    f"are not in the schema {list(names)}")
+                rows.append({n: _coerce(row.get(n), t) for n, t in self._schema})
+            self.steps.append(rows)
+
+    @property
+    def total_steps(self) -> int:
+        return len(self.steps) + (1 if self.flush else 0)
+
+    def schema(self) -> Schema:
+        return self._schema
+
+    def options(self) -> dict[str, str]:
+        return {"steps": str(self.total_steps)}
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "TestSource", "batches": len(self.steps), "flush": self.flush}
+
+    def prepare(self, context: SourceContext) -> None:
+        os.makedirs(_folder(context.run_dir), exist_ok=True)
+        steps: list[Any] = list(self.steps) + ([Watermark(FLUSH_TIME_MS)] if self.flush else [])
+        with open(os.path.join(_folder(context.run_dir), f"{context.source_name}.pickle"), "wb") as handle:
+            pickle.dump({"schema": self._schema, "steps": steps}, handle)
+
+    def release(self, run_dir: str, name: str) -> bool:
+        """Offer the next micro-batch; False when none is left."""
+        current = _released(run_dir, name)
+        if current >= self.total_steps:
+            return False
+        path = os.path.join(_folder(run_dir), f"{name}.released")
+        with open(path + ".tmp", "w") as handle:
+            handle.write(str(current + 1))
+        os.replace(path + ".tmp", path)
+        return True
+
+    def data_source(self) -> type:
+        return _TestDataSource
+
+
+def _coerce(value: Any, type_name: str) -> Any:
+    if type_name == "timestamp" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
+    return value
+
+
+# -- the Spark side (runs in Spark's Python workers) ----------------------------------------------
+
+from pyspark.sql.datasource import (  # noqa: E402 - after the user-facing classes, for readability
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+)
+
+
+class _TestDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "headrace_test"
+
+    def schema(self) -> str:
+        with open(self._data_path(), "rb") as handle:
+            schema = pickle.load(handle)["schema"]
+        from headrace.schema import to_ddl
+        return f"{to_ddl(schema)}, `{CONTROL_COLUMN}` long"
+
+    def _data_path(self) -> str:
+        return os.path.join(_folder(self.options["hr_run_dir"]), f"{self.options['hr_source']}.pickle")
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _TestReader(dict(self.options), self._data_path())
+
+
+class _TestReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str], path: str) -> None:
+        self.options, self.path = options, path
+        self.total = int(options["steps"])
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"step": 0}
+
+    def latestOffset(self) -> dict[str, int]:  # type: ignore[override]
+        released = min(_released(self.options["hr_run_dir"], self.options["hr_source"]), self.total)
+        if released >= self.total:
+            mark_exhausted(self.options)
+        return {"step": released}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(step) for step in range(start["step"], end["step"])]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from headrace.spark.fused import arrow_schema
+
+        with open(self.path, "rb") as handle:
+            data = pickle.load(handle)
+        schema = arrow_schema(data["schema"]).append(pa.field(CONTROL_COLUMN, pa.int64()))
+        step = data["steps"][partition.value]
+        if isinstance(step, Watermark):
+            rows = [{CONTROL_COLUMN: step.millis()}]
+        else:
+            rows = step
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class TestSink(SinkConnector):
+    """Collects every row it receives, by batch id (a replayed batch replaces itself), in the
+    driver's memory. Timestamps come back as timezone-aware UTC datetimes."""
+
+    __test__ = False
+    guarantee = Guarantee.EXACTLY_ONCE
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[dict[str, Any]]] = {}
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        self.batches[batch_id] = df.toArrow().to_pylist()
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for batch_id in sorted(self.batches) for row in self.batches[batch_id]]
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "TestSink"}
+
+
+def run_to_completion(pipeline: Any, *, state_dir: str | None = None, progress: str = "quiet",
+                      on_step: Any = None) -> dict[str, list[dict[str, Any]]]:
+    """Run ``pipeline`` until every source is exhausted, offering each TestSource
+    micro-batch only after the previous one is fully processed. Returns each TestSink's rows
+    by sink name. ``on_step(run)`` is called after each step settles."""
+    from headrace.runtime.runner import PipelineRun
+
+    state = state_dir or tempfile.mkdtemp(prefix="headrace-test-")
+    run = PipelineRun(pipeline, state_dir=state, progress=progress, fresh=state_dir is None)
+    run.start()
+    run.wait(until_exhausted=True, on_settled=on_step)
+    return {sink.name: sink.connector.rows() for sink in pipeline.plan.sinks()
+            if isinstance(sink.connector, TestSink)}

@@ -1,0 +1,123 @@
+"""Window shapes: which windows a record belongs to. Pure assignment math, no emission policy.
+
+All windows are half-open ``[start, end)`` in epoch milliseconds.
+
+>>> Tumbling("1s").assign(1500)
+[(1000, 2000)]
+>>> Sliding("3s", "1s").assign(1500)
+[(-1000, 2000), (0, 3000), (1000, 4000)]
+>>> Session("1s").assign(1500)
+[(1500, 2500)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from headrace.durations import describe_millis, to_millis
+from headrace.errors import PlanError
+
+
+class WindowShape:
+    """Base of the window shapes."""
+
+    def assign(self, t: int) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, init=False)
+class Tumbling(WindowShape):
+    """Fixed windows of ``size``: ``start = t - ((t - offset) mod size)``, ``end = start + size``."""
+
+    size_ms: int
+    offset_ms: int
+
+    def __init__(self, size: object, offset: object = 0) -> None:
+        size_ms = to_millis(size, "Tumbling size")
+        offset_ms = to_millis(offset, "Tumbling offset")
+        if size_ms <= 0:
+            raise PlanError(f"Tumbling window size must be positive, got {size!r}")
+        object.__setattr__(self, "size_ms", size_ms)
+        object.__setattr__(self, "offset_ms", offset_ms % size_ms)
+
+    def assign(self, t: int) -> list[tuple[int, int]]:
+        start = t - ((t - self.offset_ms) % self.size_ms)
+        return [(start, start + self.size_ms)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "tumbling", "size_ms": self.size_ms, "offset_ms": self.offset_ms}
+
+    def __str__(self) -> str:
+        return f"tumbling {describe_millis(self.size_ms)}"
+
+
+@dataclass(frozen=True, init=False)
+class Sliding(WindowShape):
+    """Windows of ``size`` every ``slide``: every ``[s, s + size)`` with
+    ``s ≡ offset (mod slide)`` and ``s <= t < s + size`` (starts may be negative)."""
+
+    size_ms: int
+    slide_ms: int
+    offset_ms: int
+
+    def __init__(self, size: object, slide: object, offset: object = 0) -> None:
+        size_ms = to_millis(size, "Sliding size")
+        slide_ms = to_millis(slide, "Sliding slide")
+        offset_ms = to_millis(offset, "Sliding offset")
+        if size_ms <= 0 or slide_ms <= 0:
+            raise PlanError(f"Sliding window size and slide must be positive, got size={size!r} slide={slide!r}")
+        if slide_ms > size_ms:
+            raise PlanError(f"Sliding window slide ({slide!r}) is larger than its size ({size!r}); "
+                            "records between windows would be lost: use a slide <= size")
+        object.__setattr__(self, "size_ms", size_ms)
+        object.__setattr__(self, "slide_ms", slide_ms)
+        object.__setattr__(self, "offset_ms", offset_ms % slide_ms)
+
+    def assign(self, t: int) -> list[tuple[int, int]]:
+        last_start = t - ((t - self.offset_ms) % self.slide_ms)
+        starts = range(last_start, t - self.size_ms, -self.slide_ms)
+        return sorted((s, s + self.size_ms) for s in starts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "sliding", "size_ms": self.size_ms, "slide_ms": self.slide_ms, "offset_ms": self.offset_ms}
+
+    def __str__(self) -> str:
+        return f"sliding {describe_millis(self.size_ms)} every {describe_millis(self.slide_ms)}"
+
+
+@dataclass(frozen=True, init=False)
+class Session(WindowShape):
+    """Per-key sessions: each record opens ``[t, t + gap)``; windows of one key that
+    overlap or touch merge into their cover."""
+
+    gap_ms: int
+
+    def __init__(self, gap: object) -> None:
+        gap_ms = to_millis(gap, "Session gap")
+        if gap_ms <= 0:
+            raise PlanError(f"Session gap must be positive, got {gap!r}")
+        object.__setattr__(self, "gap_ms", gap_ms)
+
+    def assign(self, t: int) -> list[tuple[int, int]]:
+        return [(t, t + self.gap_ms)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "session", "gap_ms": self.gap_ms}
+
+    def __str__(self) -> str:
+        return f"session gap {describe_millis(self.gap_ms)}"
+
+
+def merge_sessions(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge windows that overlap or touch into their covers, sorted by start."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
