@@ -19,6 +19,20 @@ from headrace.durations import describe_millis, to_millis
 from headrace.errors import PlanError
 
 
+def _invalid(shape: str, message: str) -> PlanError:
+    """A bad window argument, named by the user's line (a shape is built before its step)."""
+    from headrace.plan.nodes import user_location  # imported here: plan.nodes imports this module
+
+    return PlanError(f"hr.{shape} ({user_location()}): {message}")
+
+
+def _millis(value: object, shape: str, what: str) -> int:
+    try:
+        return to_millis(value, what)
+    except PlanError as exc:
+        raise _invalid(shape, str(exc)) from None
+
+
 class WindowShape:
     """Base of the window shapes."""
 
@@ -37,10 +51,10 @@ class Tumbling(WindowShape):
     offset_ms: int
 
     def __init__(self, size: object, offset: object = 0) -> None:
-        size_ms = to_millis(size, "Tumbling size")
-        offset_ms = to_millis(offset, "Tumbling offset")
+        size_ms = _millis(size, "Tumbling", "size")
+        offset_ms = _millis(offset, "Tumbling", "offset")
         if size_ms <= 0:
-            raise PlanError(f"Tumbling window size must be positive, got {size!r}")
+            raise _invalid("Tumbling", f"the window size must be positive, got {size!r}")
         object.__setattr__(self, "size_ms", size_ms)
         object.__setattr__(self, "offset_ms", offset_ms % size_ms)
 
@@ -65,14 +79,15 @@ class Sliding(WindowShape):
     offset_ms: int
 
     def __init__(self, size: object, slide: object, offset: object = 0) -> None:
-        size_ms = to_millis(size, "Sliding size")
-        slide_ms = to_millis(slide, "Sliding slide")
-        offset_ms = to_millis(offset, "Sliding offset")
+        size_ms = _millis(size, "Sliding", "size")
+        slide_ms = _millis(slide, "Sliding", "slide")
+        offset_ms = _millis(offset, "Sliding", "offset")
         if size_ms <= 0 or slide_ms <= 0:
-            raise PlanError(f"Sliding window size and slide must be positive, got size={size!r} slide={slide!r}")
+            raise _invalid("Sliding", f"the window size and slide must be positive, got size={size!r} "
+                                      f"slide={slide!r}")
         if slide_ms > size_ms:
-            raise PlanError(f"Sliding window slide ({slide!r}) is larger than its size ({size!r}); "
-                            "records between windows would be lost: use a slide <= size")
+            raise _invalid("Sliding", f"the slide ({slide!r}) is larger than the window size ({size!r}); "
+                                      "records between windows would be lost: use a slide <= size")
         object.__setattr__(self, "size_ms", size_ms)
         object.__setattr__(self, "slide_ms", slide_ms)
         object.__setattr__(self, "offset_ms", offset_ms % slide_ms)
@@ -97,9 +112,9 @@ class Session(WindowShape):
     gap_ms: int
 
     def __init__(self, gap: object) -> None:
-        gap_ms = to_millis(gap, "Session gap")
+        gap_ms = _millis(gap, "Session", "gap")
         if gap_ms <= 0:
-            raise PlanError(f"Session gap must be positive, got {gap!r}")
+            raise _invalid("Session", f"the gap must be positive, got {gap!r}")
         object.__setattr__(self, "gap_ms", gap_ms)
 
     def assign(self, t: int) -> list[tuple[int, int]]:

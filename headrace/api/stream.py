@@ -38,6 +38,7 @@ from headrace.schema import Schema, is_record_class, schema_of
 from headrace.windows import WindowShape
 
 UNKNOWN = "unknown"
+NUMERIC_TYPES = ("int", "long", "float", "double")
 DEAD_LETTER_SCHEMA: Schema = (("source", "string"), ("position", "string"), ("raw", "string"), ("error", "string"))
 
 
@@ -191,6 +192,16 @@ class Stream:
     def _type_of(self, column: str) -> str:
         return dict(self.node.schema or ()).get(column, UNKNOWN)
 
+    def _expr_type(self, e: Expr) -> str:
+        """The type of a column expression's result, when the plan can tell without Spark."""
+        if e.op == "alias":
+            return self._expr_type(e.args[0])
+        if e.op == "col":
+            return self._type_of(e.args[0])
+        if e.op == "cast":
+            return str(e.args[1])
+        return UNKNOWN
+
     def _follow(self, node: Node) -> Stream:
         return Stream(self.pipeline, self._add(node))
 
@@ -228,13 +239,12 @@ class Stream:
         where = user_location()
         if not callable(fn):
             raise self._fail(step, where, f"{mode} needs a function, got {fn!r}")
-        if mode in ("filter",) or (mode == "map_batches" and schema is None):
-            output = self.node.schema
-        else:
-            output = self._output_schema(step, where, mode, fn, schema)
+        # A filter, and a map_batches without a schema, keep the columns of their input as they are.
+        same = mode == "filter" or (mode == "map_batches" and schema is None)
+        output = self.node.schema if same else self._output_schema(step, where, mode, fn, schema)
         event_time = self.node.event_time if output is None or self.node.event_time in dict(output) else None
         return self._follow(PythonStep(step, (self.node.name,), where, output, event_time, mode=mode, fn=fn,
-                                       batch_format=batch_format, output_schema=output))
+                                       batch_format=batch_format, output_schema=None if same else output))
 
     def _output_schema(self, step: str, where: str, mode: str, fn: Any, schema: Any) -> Schema:
         if schema is not None:
@@ -276,7 +286,7 @@ class Stream:
                 raise self._fail(step, where, f"column {out!r} must be a column expression (hr.col, hr.lit, "
                                               f"hr.expr), got {e!r}")
             self._check_columns(step, where, e.columns())
-        new = {out: (self._type_of(e.args[0]) if e.op == "col" else UNKNOWN) for out, e in exprs}
+        new = {out: self._expr_type(e) for out, e in exprs}
         schema: Schema | None = None
         if self.node.schema is not None:
             base = [(n, t) for n, t in self.node.schema if n not in new] if keep_input else []
@@ -366,14 +376,22 @@ class Stream:
         where = user_location()
         if not others:
             raise self._fail(step, where, "union needs at least one other stream")
-        mine = sorted(dict(self.node.schema or ()).keys())
+        types = dict(self.node.schema or ())
+        mine = sorted(types)
         for other in others:
             if other.pipeline is not self.pipeline:
                 raise self._fail(step, where, f"stream {other.node.name!r} belongs to another pipeline")
-            theirs = sorted(dict(other.node.schema or ()).keys())
-            if self.node.schema is not None and other.node.schema is not None and theirs != mine:
+            if self.node.schema is None or other.node.schema is None:
+                continue
+            theirs = sorted(dict(other.node.schema))
+            if theirs != mine:
                 raise self._fail(step, where, f"streams with different fields cannot be united: "
                                               f"{self.node.name!r} has {mine}, {other.node.name!r} has {theirs}")
+            for field_name, kind in other.node.schema:
+                if UNKNOWN not in (kind, types[field_name]) and kind != types[field_name]:
+                    raise self._fail(step, where, f"streams with different field types cannot be united: "
+                                                  f"{field_name!r} is a {types[field_name]} in {self.node.name!r} "
+                                                  f"and a {kind} in {other.node.name!r}")
         times = {s.node.event_time for s in (self, *others)}
         event_time = times.pop() if len(times) == 1 else None
         inputs = (self.node.name, *(o.node.name for o in others))
@@ -403,7 +421,8 @@ class KeyedStream(Stream):
         """Running aggregates per key, emitted for each key a micro-batch updates."""
         step = self.pipeline._name(name, "aggregate")
         where = user_location()
-        checked = _check_aggs(self, step, where, aggs)
+        _check_not_aggregated(self, step, where)
+        checked = _check_aggs(self, step, where, aggs, self.keys)
         schema = _aggregate_schema(self, checked)
         return self._follow(RollingAggregateNode(step, (self.node.name,), where, schema, keys=self.keys,
                                                  aggs=checked))
@@ -431,6 +450,7 @@ class KeyedStream(Stream):
         where = user_location()
         if not callable(fn):
             raise self._fail(step, where, f"reduce needs a function, got {fn!r}")
+        _check_not_aggregated(self, step, where)
         if self.node.schema is None or UNKNOWN in dict(self.node.schema).values():
             raise self._fail(step, where, "reduce needs a stream whose field types are known; declare them with a "
                                           "map(..., schema=...) before key_by")
@@ -464,7 +484,8 @@ class WindowedStream:
         step = stream.pipeline._name(self.name, "window")
         if emit not in ("final", "updates"):
             raise step_error(step, self.where, f"emit must be 'final' or 'updates', got {emit!r}")
-        checked = _check_aggs(stream, step, self.where, aggs)
+        _check_not_aggregated(stream, step, self.where)
+        checked = _check_aggs(stream, step, self.where, aggs, (*self.keys, "window_start", "window_end"))
         schema = _aggregate_schema(stream, checked, windowed=True)
         return stream._follow(WindowAggregateNode(step, (stream.node.name,), self.where, schema, keys=self.keys,
                                                   window=self.shape, aggs=checked, emit=emit))
@@ -473,15 +494,40 @@ class WindowedStream:
         return self.aggregate(emit=emit, count=Agg("count"))
 
 
-def _check_aggs(stream: Stream, step: str, where: str, aggs: dict[str, Agg]) -> tuple[tuple[str, Agg], ...]:
+def _check_not_aggregated(stream: Stream, step: str, where: str) -> None:
+    """Spark cannot aggregate an aggregate's output within one query (and the end-of-input
+    flush would never reach the second aggregate), so the plan refuses it."""
+    plan = stream.pipeline.plan
+    for name in (stream.node.name, *plan.upstream(stream.node.name)):
+        node = plan.nodes[name]
+        if isinstance(node, (RollingAggregateNode, WindowAggregateNode)):
+            raise step_error(step, where, f"the stream it aggregates comes from the aggregate step {name!r} "
+                                          f"({node.defined_at}); a pipeline runs as one Spark query, which cannot "
+                                          "aggregate an aggregate's output: sink that output and aggregate it in "
+                                          "another pipeline")
+
+
+def _check_aggs(stream: Stream, step: str, where: str, aggs: dict[str, Agg],
+                reserved: tuple[str, ...]) -> tuple[tuple[str, Agg], ...]:
+    """Check each aggregate: a known function, a column it can read, an output name of its own
+    (``reserved`` names the key and window columns of the output)."""
     if not aggs:
         raise step_error(step, where, "give at least one aggregate, e.g. aggregate(n=hr.count(), total=hr.sum('x'))")
     for out, agg in aggs.items():
         if not isinstance(agg, Agg) or agg.func not in FUNCTIONS:
             raise step_error(step, where, f"{out}={agg!r} is not an aggregate; use hr.count(), hr.sum(col), "
                                           "hr.min(col), hr.max(col) or hr.mean(col)")
+        if out in reserved:
+            raise step_error(step, where, f"the aggregate {out}={agg!r} would replace the output column {out!r} "
+                                          f"(the output starts with {', '.join(reserved)}); give it another name")
+        if agg.func != "count" and agg.column is None:
+            raise step_error(step, where, f"{out}={agg!r} needs a column, e.g. hr.{agg.func}('price')")
         if agg.column is not None:
             stream._check_columns(step, where, [agg.column])
+            kind = stream._type_of(agg.column)
+            if agg.func in ("sum", "mean") and kind not in (*NUMERIC_TYPES, UNKNOWN):
+                raise step_error(step, where, f"{out}={agg!r}: column {agg.column!r} is a {kind}; "
+                                              f"{agg.func} needs a number ({', '.join(NUMERIC_TYPES)})")
     return tuple(aggs.items())
 
 

@@ -18,6 +18,7 @@ at the same place on every machine).
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import os
@@ -32,6 +33,7 @@ from headrace.errors import PlanError, SinkError
 
 FORMATS = {"parquet": "parquet", "jsonl": "json"}
 MANIFEST = "_spark_metadata"
+OWNER_FILE = "_headrace_owner"
 _BATCH_DIR = re.compile(r"^batch-(\d+)$")
 _TMP_DIR = re.compile(r"^_tmp-(\d+)-[0-9a-f]+$")
 
@@ -77,6 +79,13 @@ class FileSink(SinkConnector):
         self.path = path
         self.format = format
         self.native_format: str | None = FORMATS[format]
+        self.owner: str | None = None
+
+    def bind(self, owner: str) -> FileSink:
+        """A copy that writes batches for ``owner`` (sink, pipeline and checkpoint identity)."""
+        bound = copy.copy(self)
+        bound.owner = owner
+        return bound
 
     @property
     def root(self) -> str:
@@ -100,6 +109,26 @@ class FileSink(SinkConnector):
             raise SinkError(f"FileSink({self.path!r}): cannot create the directory: {exc}; "
                             "choose a writable path") from None
         self._clean_temp(None)
+        self._claim()
+
+    def _claim(self) -> None:
+        """Refuse a directory that holds batches of another run: their batch ids would
+        collide with this run's and its batches would be skipped as already written."""
+        if self.owner is None:
+            return
+        marker = os.path.join(self.root, OWNER_FILE)
+        if os.path.exists(marker):
+            with open(marker) as handle:
+                previous = handle.read().strip()
+            if previous != self.owner:
+                raise SinkError(f"FileSink({self.path!r}): the directory holds the batches of another run "
+                                f"({previous}); a fresh start needs an empty directory: remove it or use a new path")
+            return
+        if any(_BATCH_DIR.match(name) for name in os.listdir(self.root)):
+            raise SinkError(f"FileSink({self.path!r}): the directory already holds batches of an earlier run; "
+                            "remove it or use a new path")
+        with open(marker, "w") as handle:
+            handle.write(self.owner + "\n")
 
     def write_batch(self, df: Any, batch_id: int) -> None:
         root = self.root

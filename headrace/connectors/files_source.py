@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import io
 import json
 import os
 import re
@@ -68,6 +69,8 @@ from headrace.schema import Schema, schema_of, to_ddl
 
 FORMATS = ("jsonl", "csv", "parquet")
 CHUNK_LINES = 65_536  # lines parsed per Arrow record batch
+JSONL_BLOCK_BYTES = 8 << 20  # bytes of whole lines handed to pyarrow's JSON reader at a time
+CSV_FAST_MAX_BYTES = 256 << 20  # larger CSV files are parsed record by record
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -278,6 +281,20 @@ _JSON_FAST_TYPES: dict[str, set[type]] = {
 }
 
 
+# pyarrow's JSON reader does not read these the way headrace does (base64, ISO dates).
+_JSON_SLOW_TYPES = ("date", "binary")
+_JSON_DECODER = json.JSONDecoder()
+_NULL_LINE = re.compile(rb"^[ \t\r]*null[ \t\r]*$", re.MULTILINE)
+
+
+def _may_have_null_line(block: bytes) -> bool:
+    """A quick test before the (slow) regex: does "null" end a line anywhere?"""
+    return (b"null\n" in block or b"null\r" in block or b"null " in block or b"null\t" in block
+            or block.rstrip().endswith(b"null"))
+_JSON_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}
+
+
 def _show(value: Any) -> str:
     shown = repr(value)
     return shown if len(shown) <= 80 else shown[:77] + "..."
@@ -310,19 +327,42 @@ def _json_column(name: str, type_name: str, values: list[Any], errors: dict[int,
     return _convert_slow(name, type_name, values, JSON_CONVERTERS[type_name], errors)
 
 
-def _text_column(name: str, type_name: str, values: list[str | None], errors: dict[int, str]) -> pa.Array:
+def _text_column(name: str, type_name: str, text: pa.Array, errors: dict[int, str]) -> pa.Array:
+    """Convert a column of CSV text (nulls for empty fields) to the field's type."""
     target = ARROW_TYPES[type_name]
     if type_name == "string":
-        return pa.array(values, target)
+        return text
     if type_name in ("long", "int", "double", "float"):
-        text = pa.array(values, pa.string())
         pattern = r"^-?\d+$" if type_name in ("long", "int") else _FLOAT_TEXT.pattern
         if pc.all(pc.match_substring_regex(text, pattern), skip_nulls=True).as_py() is not False:
             try:
                 return pc.cast(text, target)
             except (pa.ArrowInvalid, OverflowError):
                 pass
-    return _convert_slow(name, type_name, values, TEXT_CONVERTERS[type_name], errors)
+    if type_name == "timestamp":
+        converted = _text_timestamps(text)
+        if converted is not None:
+            return converted
+    return _convert_slow(name, type_name, text.to_pylist(), TEXT_CONVERTERS[type_name], errors)
+
+
+def _text_timestamps(text: pa.Array) -> pa.Array | None:
+    """Vectorised timestamps from text: all epoch milliseconds, all ISO-8601 with a zone, or
+    all ISO-8601 without one (UTC); None when the column mixes them or pyarrow refuses."""
+    target = ARROW_TYPES["timestamp"]
+    try:
+        if pc.all(pc.match_substring_regex(text, r"^-?\d+$"), skip_nulls=True).as_py() is not False:
+            millis = pc.cast(text, pa.int64())
+            low, high = pc.min_max(millis).values()
+            if low.is_valid and not (_MIN_US // 1000 <= low.as_py() and high.as_py() <= _MAX_US // 1000):
+                return None
+            return pc.multiply(millis, 1000).cast(target)
+        try:
+            return pc.cast(text, target)
+        except pa.ArrowInvalid:
+            return pc.cast(pc.cast(text, pa.timestamp("us")), target)
+    except (pa.ArrowInvalid, OverflowError):
+        return None
 
 
 # ----------------------------------------------------------------------------------------
@@ -380,32 +420,76 @@ class _FileReader:
     # -- jsonl --------------------------------------------------------------------------
 
     def read_jsonl(self) -> Iterator[pa.RecordBatch]:
+        """Blocks of whole lines: pyarrow's JSON reader first; a block it rejects (a bad line,
+        a value pyarrow would not convert the way headrace does) is parsed line by line."""
+        fast = all(type_name not in _JSON_SLOW_TYPES for _, type_name in self.schema)
+        first_line = 1
+        pending = b""
         with open(self.path, "rb") as handle:
-            chunk: list[tuple[int, bytes]] = []
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    chunk.append((number, line))
-                    if len(chunk) >= CHUNK_LINES:
-                        yield from self._jsonl_chunk(chunk)
-                        chunk = []
-            if chunk:
-                yield from self._jsonl_chunk(chunk)
+            while True:
+                data = handle.read(JSONL_BLOCK_BYTES)
+                if first_line == 1 and not pending and data.startswith(b"\xef\xbb\xbf"):
+                    data = data[3:]  # a UTF-8 byte order mark
+                buffer = pending + data
+                cut = len(buffer) if not data else buffer.rfind(b"\n") + 1
+                block, pending = buffer[:cut], buffer[cut:]
+                if block:
+                    yield from self._jsonl_block(block, first_line, fast)
+                    first_line += block.count(b"\n")
+                if not data:
+                    return
+
+    def _jsonl_block(self, block: bytes, first_line: int, fast: bool) -> Iterator[pa.RecordBatch]:
+        if fast:
+            import pyarrow.json as pa_json
+
+            table = None
+            try:
+                block.decode("utf-8")  # pyarrow would let invalid UTF-8 into string columns
+                if _may_have_null_line(block) and _NULL_LINE.search(block):
+                    # pyarrow reads a `null` line as a row of nulls (and may crash on it)
+                    raise ValueError("a null line")
+                table = pa_json.read_json(
+                    io.BytesIO(block),
+                    read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+                    parse_options=pa_json.ParseOptions(
+                        explicit_schema=arrow_schema(self.schema, dead_letters=False).remove(len(self.schema)),
+                        unexpected_field_behavior="ignore"))
+            except (pa.ArrowException, ValueError):
+                pass
+            lines = block.count(b"\n") + (not block.endswith(b"\n"))
+            if table is not None and table.num_rows != lines and \
+                    table.num_rows != sum(1 for line in block.split(b"\n") if line.strip()):
+                table = None  # pyarrow also reads several objects on a line, or one over several
+            if table is not None:
+                table = table.select(self.names)
+                for batch in table.to_batches(max_chunksize=CHUNK_LINES):
+                    rows = batch.num_rows
+                    if rows:
+                        nulls = [pa.nulls(rows, pa.int64()), *(pa.nulls(rows, pa.string()) for _ in DEAD_COLUMNS)]
+                        yield pa.RecordBatch.from_arrays([*batch.columns, *nulls], schema=self.arrow)
+                return
+        chunk = [(first_line + k, line) for k, line in enumerate(block.split(b"\n")) if line.strip()]
+        for start in range(0, len(chunk), CHUNK_LINES):
+            yield from self._jsonl_chunk(chunk[start:start + CHUNK_LINES])
 
     def _jsonl_chunk(self, chunk: list[tuple[int, bytes]]) -> Iterator[pa.RecordBatch]:
         objects: list[dict[str, Any]] = []
         row_lines: list[tuple[int, bytes]] = []
         dead: list[_Dead] = []
+        decode = _JSON_DECODER.decode
         for number, line in chunk:
             try:
-                obj = json.loads(line)
+                obj = decode(line.decode("utf-8"))
             except json.JSONDecodeError as exc:
                 dead.append(_Dead(number, _text(line), f"invalid JSON ({exc.msg} at column {exc.colno})"))
                 continue
             except UnicodeDecodeError as exc:
-                dead.append(_Dead(number, _text(line), f"invalid UTF-8 ({exc.reason} at byte {exc.start})"))
+                dead.append(_Dead(number, _text(line), f"invalid UTF-8 ({exc.reason} at byte {exc.start + 1})"))
                 continue
             if type(obj) is not dict:
-                dead.append(_Dead(number, _text(line), f"expected a JSON object, got {type(obj).__name__}"))
+                got = _JSON_NAMES.get(type(obj), "a value")
+                dead.append(_Dead(number, _text(line), f"expected a JSON object, got {got}"))
                 continue
             objects.append(obj)
             row_lines.append((number, line))
@@ -420,6 +504,12 @@ class _FileReader:
     # -- csv ----------------------------------------------------------------------------
 
     def read_csv(self) -> Iterator[pa.RecordBatch]:
+        """pyarrow's CSV reader for a whole file first; a file it rejects (a bad row, a value
+        that does not convert) is parsed again record by record."""
+        batches = self._csv_fast()
+        if batches is not None:
+            yield from batches
+            return
         with open(self.path, encoding="utf-8-sig", errors="replace", newline="") as handle:
             captured: list[str] = []
 
@@ -459,6 +549,32 @@ class _FileReader:
             if chunk or dead:
                 yield from self._csv_chunk(chunk, positions or [], dead)
 
+    def _csv_fast(self) -> list[pa.RecordBatch] | None:
+        import pyarrow.csv as pa_csv
+
+        if os.path.getsize(self.path) > CSV_FAST_MAX_BYTES:
+            return None
+        names = None if self.csv_header else self.names
+        try:
+            table = pa_csv.read_csv(
+                self.path,
+                read_options=pa_csv.ReadOptions(use_threads=False, column_names=names),
+                parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+                convert_options=pa_csv.ConvertOptions(
+                    column_types={name: pa.string() for name in self.names}, include_columns=self.names,
+                    null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True))
+        except (pa.ArrowException, ValueError, KeyError):
+            return None
+        errors: dict[int, str] = {}
+        columns = [_text_column(name, type_name, table.column(name).combine_chunks(), errors)
+                   for name, type_name in self.schema]
+        if errors:
+            return None
+        rows = table.num_rows
+        nulls = [pa.nulls(rows, pa.int64()), *(pa.nulls(rows, pa.string()) for _ in DEAD_COLUMNS)]
+        whole = pa.Table.from_arrays([*columns, *nulls], schema=self.arrow)
+        return whole.to_batches(max_chunksize=CHUNK_LINES)
+
     def _header_positions(self, header: list[str], line: int) -> list[int]:
         names = [h.strip() for h in header]
         missing = [name for name in self.names if name not in names]
@@ -475,7 +591,7 @@ class _FileReader:
         errors: dict[int, str] = {}
         columns = []
         for (name, type_name), position in zip(self.schema, positions):
-            values = [record[position] or None for _, _, record in chunk]
+            values = pa.array([record[position] or None for _, _, record in chunk], pa.string())
             columns.append(_text_column(name, type_name, values, errors))
         yield from self.batches(columns, len(chunk), errors, dead, lambda row: (chunk[row][0], chunk[row][1]))
 
@@ -539,13 +655,19 @@ class FileStreamReader(DataSourceStreamReader):
         self.bounded = options.get("bounded", "false").lower() == "true"
         self.schema = _options_schema(options)
         self.dead_letters = self.format != "parquet"
+        self._marked = False
 
     def initialOffset(self) -> dict:
         return {"files": []}
 
+    def _exhausted(self) -> None:
+        if not self._marked:
+            mark_exhausted(self.options)
+            self._marked = True
+
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         if start.get("flushed"):
-            mark_exhausted(self.options)
+            self._exhausted()
             return start
         if stop_requested(self.options):
             return start
@@ -557,7 +679,7 @@ class FileStreamReader(DataSourceStreamReader):
         seen = list(start["files"])
         new = sorted(set(names) - set(seen))
         if self.bounded:
-            mark_exhausted(self.options)
+            self._exhausted()
             return {"files": sorted(seen + new), "flushed": True}
         if not new:
             return start
@@ -619,7 +741,7 @@ class FileSource(SourceConnector):
     path: str
     format: str
     data_schema: Schema | None
-    bounded: bool
+    bounded_input: bool
     fail_fast: bool
     csv_header: bool
 
@@ -636,9 +758,13 @@ class FileSource(SourceConnector):
         set_field(self, "path", os.path.abspath(os.fspath(path)))
         set_field(self, "format", format)
         set_field(self, "data_schema", None if schema is None else schema_of(schema, where))
-        set_field(self, "bounded", bool(bounded))
+        set_field(self, "bounded_input", bool(bounded))
         set_field(self, "fail_fast", bool(fail_fast))
         set_field(self, "csv_header", bool(csv_header))
+
+    @property
+    def bounded(self) -> bool:
+        return self.bounded_input
 
     @property
     def emits_dead_letters(self) -> bool:  # type: ignore[override]

@@ -64,7 +64,7 @@ SCHEMAS: dict[str, Schema] = {"ysb": YSB_SCHEMA, "words": WORDS_SCHEMA, "clicks"
 DEFAULT_START_MS = 1_700_000_000_000
 NOMINAL_RATE = 100_000  # events/s of event time when no rate is set
 DEFAULT_ROWS_PER_BATCH = 1_000_000
-CHUNK_ROWS = 131_072  # rows per Arrow record batch handed to Spark
+CHUNK_ROWS = 65_536  # rows per Arrow record batch handed to Spark
 
 YSB_ADS = 1000
 YSB_AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
@@ -229,7 +229,15 @@ def arrow_schema(kind: str) -> pa.Schema:
 
 def generate(kind: str, start: int, end: int, *, seed: int = 0, start_ms: int = DEFAULT_START_MS,
              rate: float | None = None) -> pa.RecordBatch:
-    """Events [start, end) of a generator as one record batch (the control column null)."""
+    """Events [start, end) of a generator as one record batch (the control column null).
+
+    The same arguments always give the same rows:
+
+    >>> generate("words", 5, 8, seed=1).equals(generate("words", 0, 8, seed=1).slice(5))
+    True
+    >>> generate("clicks", 0, 2, rate=4).column("event_time").to_pylist()[1].isoformat()
+    '2023-11-14T22:13:20.250000+00:00'
+    """
     index = np.arange(start, end, dtype=np.int64)
     times = event_times_us(start, end, start_ms, rate)
     columns = _COLUMNS[kind](seed, index, times)
@@ -248,6 +256,10 @@ def ysb_ads(num_campaigns: int = 100, ads_per_campaign: int = 10) -> list[dict[s
 
     The defaults cover the 1000 ads the ``ysb`` generator emits; ad ``k`` belongs to
     campaign ``k // ads_per_campaign``.
+
+    >>> ads = ysb_ads()
+    >>> len(ads), ads[0], ads[-1]["campaign_id"]
+    (1000, {'ad_id': 'ad-0000', 'campaign_id': 'campaign-00'}, 'campaign-99')
     """
     if num_campaigns < 1 or ads_per_campaign < 1:
         raise PlanError("ysb_ads: num_campaigns and ads_per_campaign must be at least 1")
@@ -288,16 +300,24 @@ class GeneratorStreamReader(DataSourceStreamReader):
         self.seed = int(options.get("seed", 0))
         start_ms = _optional(options, "start_ms")
         self.start_ms = None if start_ms is None else int(start_ms)
+        self.chunk_rows = int(options.get("arrow_batch_rows", CHUNK_ROWS))  # tuning knob, not in options()
+        self._marked = False
 
     def initialOffset(self) -> dict:
-        start_ms = self.start_ms
-        if start_ms is None:
-            start_ms = int(time.time() * 1000) if self.rate is not None else DEFAULT_START_MS
-        return {"offset": 0, "start_ms": start_ms}
+        # Spark calls this more than once for a new query (before the first latestOffset and
+        # again before planning the first batch): the wall-clock start must not move.
+        if self.start_ms is None:
+            self.start_ms = int(time.time() * 1000) if self.rate is not None else DEFAULT_START_MS
+        return {"offset": 0, "start_ms": self.start_ms}
+
+    def _exhausted(self) -> None:
+        if not self._marked:
+            mark_exhausted(self.options)
+            self._marked = True
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         if start.get("flushed"):
-            mark_exhausted(self.options)
+            self._exhausted()
             return start
         if stop_requested(self.options):
             return start
@@ -313,7 +333,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
         offset: dict[str, Any] = {"offset": max(latest, produced), "start_ms": start_ms}
         if self.limit is not None and offset["offset"] >= self.limit:
             offset["flushed"] = True
-            mark_exhausted(self.options)
+            self._exhausted()
         return offset
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -336,8 +356,8 @@ class GeneratorStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, GeneratorRange)
-        for lo in range(partition.start, partition.end, CHUNK_ROWS):
-            hi = min(lo + CHUNK_ROWS, partition.end)
+        for lo in range(partition.start, partition.end, self.chunk_rows):
+            hi = min(lo + self.chunk_rows, partition.end)
             yield generate(self.kind, lo, hi, seed=self.seed, start_ms=partition.start_ms, rate=self.rate)
         if partition.flush:
             yield flush_batch(arrow_schema(self.kind))
@@ -397,7 +417,7 @@ class Generator(SourceConnector):
         if self.partitions < 1:
             raise PlanError(f"Generator: partitions must be at least 1, got {self.partitions!r}")
 
-    @property  # type: ignore[override]
+    @property
     def bounded(self) -> bool:
         return self.limit is not None
 

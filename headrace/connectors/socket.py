@@ -166,13 +166,15 @@ class SocketStreamReader(DataSourceStreamReader):
         self._receiver: _Receiver | None = None
         self._received = 0  # lines spilled so far (this process)
         self._folder: str | None = None
+        self._cleared = False
+        self._marked = False
 
     @property
     def folder(self) -> str:
         if self._folder is None:
             run_dir = self.options.get("hr_run_dir")
             if run_dir:
-                self._folder = os.path.join(run_dir, "socket", self.source)
+                self._folder = os.path.join(os.path.abspath(run_dir), "socket", self.source)
             else:
                 self._folder = tempfile.mkdtemp(prefix=f"headrace-socket-{self.source}-")
             os.makedirs(self._folder, exist_ok=True)
@@ -185,14 +187,22 @@ class SocketStreamReader(DataSourceStreamReader):
         self._receiver.start()
 
     def initialOffset(self) -> dict:
-        # A new query: lines spilled by an earlier query under this name are not ours.
-        shutil.rmtree(self.folder, ignore_errors=True)
-        os.makedirs(self.folder, exist_ok=True)
+        # Only a new query calls this (a restarted one starts from its checkpoint), but it
+        # calls it twice: clear what an earlier query of this name spilled, once.
+        if not self._cleared:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            os.makedirs(self.folder, exist_ok=True)
+            self._cleared = True
         return {"lines": 0}
+
+    def _exhausted(self) -> None:
+        if not self._marked:
+            mark_exhausted(self.options)
+            self._marked = True
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         if start.get("flushed"):
-            mark_exhausted(self.options)
+            self._exhausted()
             return start
         if self._receiver is None:
             self._start(int(start["lines"]))
@@ -214,7 +224,7 @@ class SocketStreamReader(DataSourceStreamReader):
         offset: dict[str, Any] = {"lines": self._received}
         if closed:
             offset["flushed"] = True
-            mark_exhausted(self.options)
+            self._exhausted()
         return offset
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -229,7 +239,7 @@ class SocketStreamReader(DataSourceStreamReader):
         for first, end, path in _segments(partition.folder):
             if end <= partition.start or first >= partition.end:
                 continue
-            with pa.memory_map(path) as source:
+            with pa.OSFile(path, "rb") as source:  # not memory-mapped: the batches outlive the file
                 table = pa.ipc.open_file(source).read_all()
             lo = max(partition.start, first) - first
             hi = min(partition.end, end) - first
@@ -283,7 +293,6 @@ class Socket(SourceConnector):
     connect_timeout: float = 30.0
 
     guarantee = Guarantee.AT_MOST_ONCE
-    bounded = False
     emits_dead_letters = False
 
     def __post_init__(self) -> None:

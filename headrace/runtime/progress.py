@@ -12,7 +12,7 @@ def summarise(progress: dict[str, Any], dead_letter_metrics: list[str]) -> dict[
     state_rows = sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", []))
     dropped = sum(op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", []))
     observed = progress.get("observedMetrics") or {}
-    dead = sum(int((observed.get(m) or {}).get("dead_letters", 0) or 0) for m in dead_letter_metrics)
+    dead = sum(int(observed[m]["dead_letters"] or 0) for m in dead_letter_metrics if observed.get(m) is not None)
     return {
         "batch": progress.get("batchId"),
         "input_rows": progress.get("numInputRows", 0),

@@ -140,6 +140,10 @@ class PipelineRun:
                 else:
                     self.query.awaitTermination(0.25)
                     self.poll()
+                    if self.exhausted():  # e.g. a socket whose peer closed the connection
+                        self.settle()
+                        self.stop_reason = self.stop_reason or "input exhausted"
+                        break
                 if deadline is not None and time.time() > deadline:
                     self.request_stop(f"ran for {max_seconds} s")
             if self.stopping:

@@ -85,18 +85,28 @@ class Lowering:
 
     def watermark_here(self, node: Node) -> bool:
         """Spark allows one watermark per lineage and a Python stage hides it from what follows,
-        so the watermark goes on the last event-time-carrying node that no Python step follows."""
+        so the watermark goes on the last event-time-carrying node before each window that no
+        Python step follows on the way there. A branch that reaches no window gets none: its
+        watermark would only hold back the windows' (Spark combines watermarks by their minimum).
+        Without any window, the watermark goes after the last Python step, for progress reports."""
         if node.event_time is None or self.watermark_delay(node.name) is None:
             return False
         if not isinstance(node, EventTimeNode) and node.name not in self.chains:
             return False
+        windows = any(isinstance(n, WindowAggregateNode) for n in self.plan.nodes.values())
         todo = [c.name for c in self.plan.consumers(node.name)]
         while todo:
             current = self.plan.nodes[todo.pop()]
             if isinstance(current, PythonStep) and current.event_time is not None:
-                return False
+                if not windows:
+                    return False
+                continue  # the watermark goes after that Python stage, for what follows it
+            if isinstance(current, EventTimeNode):
+                continue
+            if isinstance(current, WindowAggregateNode):
+                return True
             todo.extend(c.name for c in self.plan.consumers(current.name))
-        return True
+        return not windows
 
     def watermark_delay(self, name: str) -> int | None:
         """The delay of the nearest event-time declaration upstream of ``name``."""

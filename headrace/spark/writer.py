@@ -18,12 +18,14 @@ from pyspark.sql import functions as F
 from headrace.errors import SinkError
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
+from headrace.runtime.checkpoints import query_id
 
 SINK_TAG = "_hr_sink"
 
 
 def start_query(plan: Plan, compiled: Any, checkpoint: str, run_dir: str, trigger_interval: str | None) -> Any:
-    sinks = [_bound(sink) for sink in plan.sinks()]
+    owner = f"{plan.name}@{query_id(checkpoint)}"
+    sinks = [_bound(sink, owner) for sink in plan.sinks()]
     for sink in sinks:
         sink.connector.prepare(run_dir)
     frames: dict[str, DataFrame] = compiled.sink_frames
@@ -46,10 +48,11 @@ def start_query(plan: Plan, compiled: Any, checkpoint: str, run_dir: str, trigge
     return writer.start()
 
 
-def _bound(sink: SinkNode) -> SinkNode:
-    """The sink with its connector told its step name (the name it commits batch ids under)."""
+def _bound(sink: SinkNode, owner: str) -> SinkNode:
+    """The sink with its connector told the identity it commits batch ids under: pipeline,
+    step name and checkpoint, so a restart skips what it committed and a fresh start does not."""
     bind = getattr(sink.connector, "bind", None)
-    return replace(sink, connector=bind(sink.name)) if bind else sink
+    return replace(sink, connector=bind(f"{sink.name}/{owner}")) if bind else sink
 
 
 def _write(sink: SinkNode, df: DataFrame, batch_id: int) -> None:

@@ -1,0 +1,348 @@
+"""The Yahoo Streaming Benchmark: headrace against the same pipeline hand-written in PySpark.
+
+    .venv/bin/python benchmarks/ysb.py            # the full benchmark (about 8 minutes)
+    .venv/bin/python benchmarks/ysb.py --quick    # a smoke run on small data (about 1 minute)
+
+Both pipelines run in the same process, on the same Spark session, read the same
+deterministic ``Generator`` Python data source and write to the same kind of sink:
+
+    ad events -> keep views -> project (ad_id, event_time) -> join ad -> campaign
+              -> count per campaign per event-time window
+
+* **Throughput** (events/s): a bounded input of ``--events`` events, ``--rows-per-batch``
+  events per micro-batch, Spark's ``noop`` sink; the time is measured from the start of
+  the first micro-batch to the end of the last micro-batch that carried input (from the
+  query's progress reports, the same way for both: a hand-written pipeline cannot flush
+  its last windows at the end of a bounded input, so the flush batch is left out).
+  Two variants: filter and projection as column expressions (``native``) and as Python
+  functions (``python``: a fused Arrow stage in headrace, ``pyspark.sql.functions.udf``
+  by hand). Runs alternate (hand-written, headrace, hand-written, ...) and the median
+  of ``--runs`` runs is reported.
+* **Latency** at ``--rate`` events/s (wall clock): 1 s tumbling windows, no
+  out-of-orderness allowed; each window's result is stamped when it reaches the sink
+  (a ``foreachBatch`` on the driver, after the rows are collected); its latency is that
+  arrival time minus the window's end, the creation time of the last event that could
+  belong to it (the generator stamps each event with its creation time). Windows that
+  end in the first ``--warmup`` seconds are left out. p50 and p99 over all windows of
+  all runs of each pipeline.
+
+The last line is ``ysb ratio native=<x> python=<y>``: headrace's throughput divided by
+the hand-written pipeline's, per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from headrace.connectors.base import CONTROL_COLUMN, Guarantee, SinkConnector, SourceContext  # noqa: E402
+from headrace.connectors.generator import Generator, ysb_ads  # noqa: E402
+from headrace.connectors.null_sink import Null  # noqa: E402
+from headrace.demo import ysb_pipeline  # noqa: E402
+from headrace.durations import to_millis  # noqa: E402
+from headrace.runtime.runner import PipelineRun  # noqa: E402
+
+Print = Callable[[str], None]
+VARIANTS = ("native", "python")
+SOURCE_NAME = "ad_events"  # the headrace pipeline's source step name; the hand-written one uses the same
+
+
+@dataclass(frozen=True)
+class Config:
+    events: int = 12_000_000
+    rows_per_batch: int = 2_000_000
+    runs: int = 3
+    rate: int = 50_000
+    latency_seconds: float = 45.0
+    latency_runs: int = 2
+    warmup_seconds: float = 8.0
+    window: str = "10s"
+    max_out_of_orderness: str = "1s"
+    latency_window: str = "1s"
+    latency_out_of_orderness: str = "0s"
+    throughput: bool = True
+    latency: bool = True
+
+
+QUICK = Config(events=400_000, rows_per_batch=200_000, runs=1, latency_seconds=10.0, latency_runs=1,
+               warmup_seconds=4.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# The hand-written PySpark pipeline.
+
+def handwritten_ysb(spark: SparkSession, variant: str, generator: Generator, run_dir: str, *,
+                    window: str, max_out_of_orderness: str) -> DataFrame:
+    """YSB in plain PySpark, reading the same Python data source as headrace.
+
+    The source emits a control row at the end of a bounded input (``_hr_ctl`` set, every
+    data column null): a plain pipeline just drops it. The python variant runs its filter
+    predicate and its projection as ``pyspark.sql.functions.udf`` (Arrow-optimized by
+    default in this Spark) over the columns each function reads.
+    """
+    data_source: Any = generator.data_source()
+    spark.dataSource.register(data_source)
+    raw = (spark.readStream.format(data_source.name())
+           .options(**generator.options(), **SourceContext(run_dir, SOURCE_NAME).options()).load())
+    events = raw.filter(F.col(CONTROL_COLUMN).isNull()).drop(CONTROL_COLUMN)
+    if variant == "native":
+        views = events.filter(F.col("event_type") == "view").select("ad_id", "event_time")
+    elif variant == "python":
+        # No type hints: with them, Spark tries to infer a pandas UDF kind from them.
+        def view(event_type):
+            return event_type == "view"
+
+        def projection(ad_id, event_time):
+            return ad_id, event_time
+
+        is_view = F.udf(view, "boolean")
+        # Non-deterministic so that Catalyst does not copy the join's inferred ``ad_id IS NOT NULL``
+        # below the projection, which would run the projection on every row, views or not.
+        project = F.udf(projection, "struct<ad_id: string, event_time: timestamp>").asNondeterministic()
+
+        views = (events.filter(is_view("event_type"))
+                 .select(project("ad_id", "event_time").alias("view")).select("view.*"))
+    else:
+        raise ValueError(f"unknown variant {variant!r}")
+    ads = spark.createDataFrame(ysb_ads(), "ad_id string, campaign_id string")
+    return (views.withWatermark("event_time", f"{to_millis(max_out_of_orderness, 'max_out_of_orderness')} milliseconds")
+            .join(F.broadcast(ads), "ad_id")
+            .groupBy("campaign_id", F.window("event_time", f"{to_millis(window, 'window')} milliseconds"))
+            .agg(F.count(F.lit(1)).alias("views"))
+            .select("campaign_id", F.col("window.start").alias("window_start"),
+                    F.col("window.end").alias("window_end"), "views"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurements.
+
+def _epoch(timestamp: str) -> float:
+    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def processing_seconds(progress: list[dict[str, Any]]) -> float:
+    """From the start of the first micro-batch to the end of the last one that read input."""
+    with_input = [p for p in progress if (p.get("numInputRows") or 0) > 0]
+    if not with_input:
+        raise RuntimeError("no micro-batch read any input")
+    first = min(_epoch(p["timestamp"]) for p in progress)
+    last = max(_epoch(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000 for p in with_input)
+    return last - first
+
+
+@dataclass
+class Throughput:
+    events: int
+    seconds: float
+    batches: int
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds
+
+
+class ArrivalSink(SinkConnector):
+    """Collects each batch on the driver and stamps every row's window end with its arrival time."""
+
+    guarantee = Guarantee.AT_LEAST_ONCE
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []  # (window_end, arrival), epoch seconds
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        table = df.toArrow()
+        arrival = time.time()
+        ends = table.column("window_end").cast("int64").to_pylist()
+        self.samples.extend((end / 1e6, arrival) for end in ends)
+
+    def latencies(self, after: float) -> list[float]:
+        """Latencies in seconds of the windows that end after ``after`` (epoch seconds)."""
+        return [arrival - end for end, arrival in self.samples if end > after]
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "ArrivalSink"}
+
+
+def _fresh(workdir: str, name: str) -> str:
+    path = os.path.join(workdir, name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def handwritten_throughput(spark: SparkSession, variant: str, config: Config, workdir: str) -> Throughput:
+    root = _fresh(workdir, f"hand_{variant}")
+    generator = Generator("ysb", limit=config.events, rows_per_batch=config.rows_per_batch)
+    df = handwritten_ysb(spark, variant, generator, os.path.join(root, "run"), window=config.window,
+                         max_out_of_orderness=config.max_out_of_orderness)
+    query = (df.writeStream.queryName(f"hand_{variant}").format("noop").outputMode("append")
+             .option("checkpointLocation", os.path.join(root, "checkpoint")).start())
+    try:
+        query.processAllAvailable()
+        progress = [dict(p) for p in query.recentProgress]
+    finally:
+        query.stop()
+    return Throughput(config.events, processing_seconds(progress), len(progress))
+
+
+def headrace_throughput(spark: SparkSession, variant: str, config: Config, workdir: str) -> Throughput:
+    root = _fresh(workdir, f"headrace_{variant}")
+    pipeline = ysb_pipeline(variant=variant, limit=config.events, rows_per_batch=config.rows_per_batch,
+                            window=config.window, max_out_of_orderness=config.max_out_of_orderness,
+                            sink=Null(), name=f"headrace_{variant}")
+    run = PipelineRun(pipeline, state_dir=root, progress="quiet", fresh=True).start()
+    result = run.wait()
+    return Throughput(config.events, processing_seconds(result.progress), len(result.progress))
+
+
+def handwritten_latency(spark: SparkSession, config: Config, workdir: str) -> tuple[list[float], int]:
+    root = _fresh(workdir, "hand_latency")
+    generator = Generator("ysb", rate=config.rate)
+    sink = ArrivalSink()
+    df = handwritten_ysb(spark, "native", generator, os.path.join(root, "run"), window=config.latency_window,
+                         max_out_of_orderness=config.latency_out_of_orderness)
+    started = time.time()
+    query = (df.writeStream.queryName("hand_latency").outputMode("append").foreachBatch(sink.write_batch)
+             .option("checkpointLocation", os.path.join(root, "checkpoint")).start())
+    try:
+        query.awaitTermination(config.latency_seconds)
+        batches = len(query.recentProgress)
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"hand-written latency run failed: {query.exception()}")
+    return sink.latencies(after=started + config.warmup_seconds), batches
+
+
+def headrace_latency(spark: SparkSession, config: Config, workdir: str) -> tuple[list[float], int]:
+    root = _fresh(workdir, "headrace_latency")
+    sink = ArrivalSink()
+    pipeline = ysb_pipeline(variant="native", limit=None, rate=config.rate, window=config.latency_window,
+                            max_out_of_orderness=config.latency_out_of_orderness, sink=sink,
+                            name="headrace_latency")
+    started = time.time()
+    run = PipelineRun(pipeline, state_dir=root, progress="quiet", fresh=True).start()
+    result = run.wait(until_exhausted=False, max_seconds=config.latency_seconds)
+    return sink.latencies(after=started + config.warmup_seconds), result.batches
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-quantile (0..1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    if not ordered:
+        raise RuntimeError("no latency samples")
+    rank = max(1, min(len(ordered), round(q * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+# ----------------------------------------------------------------------------------------------
+# The benchmark.
+
+@dataclass
+class Results:
+    throughput: dict[tuple[str, str], list[Throughput]] = field(default_factory=dict)
+    latency: dict[str, list[float]] = field(default_factory=dict)
+
+    def median_rate(self, who: str, variant: str) -> float:
+        return statistics.median(t.rate for t in self.throughput[(who, variant)])
+
+    def ratio(self, variant: str) -> float:
+        return self.median_rate("headrace", variant) / self.median_rate("hand", variant)
+
+
+def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workdir: str | None = None) -> Results:
+    own_workdir = workdir is None
+    workdir = workdir or tempfile.mkdtemp(prefix="headrace-ysb-")
+    results = Results()
+    try:
+        out(f"YSB benchmark: {config.events:,} events in micro-batches of {config.rows_per_batch:,}, "
+            f"{config.runs} run(s) each, alternating; Spark {spark.version}, {spark.sparkContext.master}, "
+            f"shuffle partitions {spark.conf.get('spark.sql.shuffle.partitions')}")
+        warm = replace(config, events=2 * min(config.rows_per_batch, 100_000),
+                       rows_per_batch=min(config.rows_per_batch, 100_000))
+        for variant in VARIANTS if config.throughput else ():
+            for measure in (handwritten_throughput, headrace_throughput):
+                measure(spark, variant, warm, workdir)  # start Python workers, fill caches, JIT
+            for number in range(1, config.runs + 1):
+                for who, measure in (("hand", handwritten_throughput), ("headrace", headrace_throughput)):
+                    t = measure(spark, variant, config, workdir)
+                    results.throughput.setdefault((who, variant), []).append(t)
+                    out(f"  throughput {variant:6} run {number} {_label(who):22} {t.rate:>12,.0f} events/s "
+                        f"({t.seconds:.2f} s, {t.batches} batches)")
+        out(f"latency: {config.rate:,} events/s, {config.latency_window} tumbling windows, "
+            f"{config.latency_seconds:.0f} s per run, first {config.warmup_seconds:.0f} s left out")
+        for number in range(1, config.latency_runs + 1 if config.latency else 1):
+            for who, measure_latency in (("hand", handwritten_latency), ("headrace", headrace_latency)):
+                samples, batches = measure_latency(spark, config, workdir)
+                results.latency.setdefault(who, []).extend(samples)
+                out(f"  latency run {number} {_label(who):22} p50 {percentile(samples, 0.5) * 1000:6.0f} ms  "
+                    f"p99 {percentile(samples, 0.99) * 1000:6.0f} ms  ({len(samples)} window results, "
+                    f"{batches} batches)")
+        report(results, out)
+    finally:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+def _label(who: str) -> str:
+    return "headrace" if who == "headrace" else "hand-written PySpark"
+
+
+def report(results: Results, out: Print = print) -> None:
+    out("")
+    if results.throughput:
+        out(f"{'throughput (median)':26}{'hand-written PySpark':>22}{'headrace':>14}{'ratio':>8}")
+    for variant in VARIANTS if results.throughput else ():
+        hand, ours = results.median_rate("hand", variant), results.median_rate("headrace", variant)
+        out(f"{variant + ' (events/s)':26}{hand:>22,.0f}{ours:>14,.0f}{ours / hand:>8.2f}")
+    if "hand" in results.latency and "headrace" in results.latency:
+        out(f"{'latency (native)':26}{'hand-written PySpark':>22}{'headrace':>14}{'ratio':>8}")
+        for name, q in (("p50 (ms)", 0.5), ("p99 (ms)", 0.99)):
+            hand_q, ours_q = percentile(results.latency["hand"], q), percentile(results.latency["headrace"], q)
+            out(f"{name:26}{hand_q * 1000:>22,.0f}{ours_q * 1000:>14,.0f}{ours_q / hand_q:>8.2f}")
+    if not results.throughput:
+        return
+    out(f"ysb ratio native={results.ratio('native'):.2f} python={results.ratio('python'):.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run on small data")
+    parser.add_argument("--events", type=int, help="events per throughput run")
+    parser.add_argument("--rows-per-batch", type=int, help="events per micro-batch in throughput runs")
+    parser.add_argument("--runs", type=int, help="throughput runs per pipeline and variant (median reported)")
+    parser.add_argument("--latency-seconds", type=float, help="seconds per latency run")
+    parser.add_argument("--latency-runs", type=int, help="latency runs per pipeline")
+    parser.add_argument("--rate", type=int, help="events/s in the latency runs")
+    parser.add_argument("--only", choices=("throughput", "latency"), help="run one half of the benchmark")
+    args = parser.parse_args(argv)
+    config = QUICK if args.quick else Config()
+    overrides = {name: getattr(args, name) for name in ("events", "rows_per_batch", "runs", "latency_seconds",
+                                                         "latency_runs", "rate") if getattr(args, name) is not None}
+    config = replace(config, **overrides)
+    if args.only:
+        config = replace(config, throughput=args.only == "throughput", latency=args.only == "latency")
+    from headrace.runtime.session import get_session
+
+    run_benchmark(get_session(), config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Windowed word count: words per 10-second event-time window, each window printed once,
+when the watermark passes its end (the last ones when the bounded input ends).
+
+    headrace run examples/windowed_word_count.py
+"""
+
+import headrace as hr
+
+
+def split_line(record: dict) -> list[dict]:
+    return [{"word": word.lower(), "event_time": record["event_time"]} for word in record["line"].split()]
+
+
+pipeline = hr.Pipeline("windowed_word_count")
+lines = pipeline.source("lines", hr.sources.Generator("words", limit=2_000_000, rows_per_batch=500_000),
+                        event_time="event_time", max_out_of_orderness="1s")
+words = lines.flat_map(split_line, schema={"word": "string", "event_time": "timestamp"}, name="split")
+(words.key_by("word")
+      .window(hr.Tumbling("10s"), name="per_10s")
+      .aggregate(n=hr.count())
+      .sink("console", hr.sinks.Console(limit=10)))

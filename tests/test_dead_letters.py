@@ -1,0 +1,59 @@
+"""Bad input is never dropped silently: it reaches the dead-letter stream and the counts,
+or, with fail_fast, stops the pipeline with a message naming the file and line."""
+
+from __future__ import annotations
+
+import pytest
+
+import headrace as hr
+from headrace.runtime.runner import PipelineRun
+from headrace.testing import TestSink
+
+SCHEMA = {"order_id": "long", "amount": "double"}
+
+
+def write_orders(folder) -> None:
+    (folder / "json").mkdir(parents=True)
+    (folder / "csv").mkdir()
+    (folder / "json" / "a.jsonl").write_text('{"order_id": 1, "amount": 2.5}\n'
+                                    'not json\n'
+                                    '{"order_id": "x", "amount": 1.0}\n'
+                                    '{"order_id": 2, "amount": 4.0}\n')
+    (folder / "csv" / "b.csv").write_text("order_id,amount\n3,1.5\n4\n5,7.0\n")
+
+
+def test_bad_records_go_to_dead_letters_and_are_counted(spark, tmp_path):
+    write_orders(tmp_path / "in")
+    p = hr.Pipeline("orders_dead_letters")
+    json_orders = p.source("json_orders", hr.sources.Files(str(tmp_path / "in" / "json"), format="jsonl",
+                                                           schema=SCHEMA, bounded=True))
+    csv_orders = p.source("csv_orders", hr.sources.Files(str(tmp_path / "in" / "csv"), format="csv", schema=SCHEMA,
+                                                         bounded=True))
+    good, bad = TestSink(), TestSink()
+    json_orders.union(csv_orders).sink("good", good)
+    p.dead_letters().sink("bad", bad)
+
+    run = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start()
+    result = run.wait()
+
+    assert sorted(r["order_id"] for r in good.rows()) == [1, 2, 3, 5]
+    dead = sorted(bad.rows(), key=lambda r: (r["source"] != "json_orders", r["position"]))
+    assert [(r["source"], r["position"].rsplit("/", 1)[-1], r["raw"]) for r in dead] == [
+        ("json_orders", "a.jsonl:2", "not json"),
+        ("json_orders", "a.jsonl:3", '{"order_id": "x", "amount": 1.0}'),
+        ("csv_orders", "b.csv:3", "4"),
+    ]
+    assert "JSON" in dead[0]["error"] and "order_id" in dead[1]["error"]
+    assert result.dead_letters == 3
+
+
+def test_fail_fast_names_the_file_and_line(spark, tmp_path):
+    write_orders(tmp_path / "in")
+    p = hr.Pipeline("orders_fail_fast")
+    orders = p.source("orders", hr.sources.Files(str(tmp_path / "in" / "json"), format="jsonl", schema=SCHEMA, bounded=True,
+                                                 fail_fast=True))
+    orders.sink("out", TestSink())
+    with pytest.raises(hr.SourceError) as error:
+        hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet", handle_signals=False)
+    assert "source 'orders'" in str(error.value)
+    assert "a.jsonl:2" in str(error.value)
