@@ -24,7 +24,7 @@ import headrace as hr
 from headrace.testing import TestSink, TestSource, run_to_completion
 
 CASES = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "cases.json"
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def load_cases(path: Path = CASES, model: str | None = None) -> list[dict[str, Any]]:

@@ -1,7 +1,6 @@
 """Every micro_batch case of the shared conformance suite, through real pipelines on Spark."""
 
 import pytest
-
 from conformance import as_multiset, load_cases, run_micro_batch_case
 
 MICRO_BATCH = load_cases(model="micro_batch")

@@ -50,8 +50,8 @@ def test_bad_records_go_to_dead_letters_and_are_counted(spark, tmp_path):
 def test_fail_fast_names_the_file_and_line(spark, tmp_path):
     write_orders(tmp_path / "in")
     p = hr.Pipeline("orders_fail_fast")
-    orders = p.source("orders", hr.sources.Files(str(tmp_path / "in" / "json"), format="jsonl", schema=SCHEMA, bounded=True,
-                                                 fail_fast=True))
+    orders = p.source("orders", hr.sources.Files(str(tmp_path / "in" / "json"), format="jsonl", schema=SCHEMA,
+                                                 bounded=True, fail_fast=True))
     orders.sink("out", TestSink())
     with pytest.raises(hr.SourceError) as error:
         hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet", handle_signals=False)
