@@ -145,15 +145,63 @@ def processing_seconds(progress: list[dict[str, Any]]) -> float:
     return last - first
 
 
+class CpuClock:
+    """CPU seconds used by this process and by Spark's JVM with all its Python workers.
+
+    Other programs on the machine slow a run down without changing how much CPU it needs,
+    so events per CPU second is a second, contention-proof view of throughput. Linux only
+    (``/proc``); elsewhere it reads 0.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        try:
+            self.jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        except Exception:  # noqa: BLE001 - no JVM handle (e.g. Spark Connect): no CPU figures
+            self.jvm_pid = 0
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def seconds(self) -> float:
+        own = os.times()
+        total = own.user + own.system
+        if not self.jvm_pid or not os.path.isdir("/proc"):
+            return total
+        stats: dict[int, tuple[int, int]] = {}  # pid -> (parent, CPU ticks incl. reaped children)
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2:].split()
+            stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
+        children: dict[int, list[int]] = {}
+        for pid, (parent, _) in stats.items():
+            children.setdefault(parent, []).append(pid)
+        todo, ticks = [self.jvm_pid], 0
+        while todo:
+            pid = todo.pop()
+            ticks += stats.get(pid, (0, 0))[1]
+            todo.extend(children.get(pid, ()))
+        return total + ticks / self.tick
+
+
 @dataclass
 class Throughput:
     events: int
     seconds: float
     batches: int
+    cpu_seconds: float = 0.0
+    load: float = 0.0  # the machine's 1-minute load average at the end of the run
 
     @property
     def rate(self) -> float:
         return self.events / self.seconds
+
+    @property
+    def cpu_rate(self) -> float:
+        return self.events / self.cpu_seconds if self.cpu_seconds else 0.0
 
 
 class ArrivalSink(SinkConnector):
@@ -253,46 +301,72 @@ def percentile(values: list[float], q: float) -> float:
 # ----------------------------------------------------------------------------------------------
 # The benchmark.
 
+PIPELINES = ("hand", "headrace")
+LABELS = {"hand": "hand-written PySpark", "headrace": "headrace"}
+TARGETS = {"native": 0.95, "python": 0.6, "p99": 1.2}
+
+
 @dataclass
 class Results:
-    throughput: dict[tuple[str, str], list[Throughput]] = field(default_factory=dict)
-    latency: dict[str, list[float]] = field(default_factory=dict)
+    throughput: dict[tuple[str, str], list[Throughput]] = field(default_factory=dict)  # (pipeline, variant)
+    latency: dict[str, list[float]] = field(default_factory=dict)  # pipeline -> seconds, all runs
 
-    def median_rate(self, who: str, variant: str) -> float:
-        return statistics.median(t.rate for t in self.throughput[(who, variant)])
+    def median_rate(self, who: str, variant: str, *, cpu: bool = False) -> float:
+        return statistics.median(t.cpu_rate if cpu else t.rate for t in self.throughput[(who, variant)])
 
-    def ratio(self, variant: str) -> float:
-        return self.median_rate("headrace", variant) / self.median_rate("hand", variant)
+    def ratio(self, variant: str, *, cpu: bool = False) -> float:
+        """headrace / hand-written: the median of the ratios of the runs made one after the other."""
+        pairs = zip(self.throughput[("headrace", variant)], self.throughput[("hand", variant)])
+        return statistics.median((ours.cpu_rate / hand.cpu_rate) if cpu else (ours.rate / hand.rate)
+                                 for ours, hand in pairs)
+
+    def latency_ms(self, who: str, q: float) -> float:
+        return percentile(self.latency[who], q) * 1000
+
+
+def _orders(runs: int) -> list[tuple[str, ...]]:
+    """hand, headrace, then headrace, hand, ...: neither pipeline always goes first."""
+    return [PIPELINES if number % 2 == 0 else PIPELINES[::-1] for number in range(runs)]
 
 
 def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workdir: str | None = None) -> Results:
+    """Run the benchmark, print each run, the table and the closing line; return the figures."""
     own_workdir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="headrace-ysb-")
-    results = Results()
+    results, clock = Results(), CpuClock(spark)
+    throughput_runs = {"hand": handwritten_throughput, "headrace": headrace_throughput}
+    latency_runs = {"hand": handwritten_latency, "headrace": headrace_latency}
     try:
-        out(f"YSB benchmark: {config.events:,} events in micro-batches of {config.rows_per_batch:,}, "
-            f"{config.runs} run(s) each, alternating; Spark {spark.version}, {spark.sparkContext.master}, "
-            f"shuffle partitions {spark.conf.get('spark.sql.shuffle.partitions')}")
-        warm = replace(config, events=2 * min(config.rows_per_batch, 100_000),
-                       rows_per_batch=min(config.rows_per_batch, 100_000))
+        out(f"YSB: headrace against hand-written PySpark, Spark {spark.version} {spark.sparkContext.master}, "
+            f"shuffle partitions {spark.conf.get('spark.sql.shuffle.partitions')}, {os.cpu_count()} cores")
+        if config.throughput:
+            out(f"throughput: {config.events:,} events, micro-batches of {config.rows_per_batch:,}, noop sink, "
+                f"{config.runs} run(s) each, alternating")
+            warm = replace(config, events=2 * min(config.rows_per_batch, 100_000),
+                           rows_per_batch=min(config.rows_per_batch, 100_000))
         for variant in VARIANTS if config.throughput else ():
-            for measure in (handwritten_throughput, headrace_throughput):
-                measure(spark, variant, warm, workdir)  # start Python workers, fill caches, JIT
-            for number in range(1, config.runs + 1):
-                for who, measure in (("hand", handwritten_throughput), ("headrace", headrace_throughput)):
-                    t = measure(spark, variant, config, workdir)
+            for who in PIPELINES:  # warm up: Python workers, the generator's string pools, the JIT
+                throughput_runs[who](spark, variant, warm, workdir)
+            for number, order in enumerate(_orders(config.runs), start=1):
+                for who in order:
+                    cpu = clock.seconds()
+                    t = throughput_runs[who](spark, variant, config, workdir)
+                    t.cpu_seconds, t.load = clock.seconds() - cpu, os.getloadavg()[0]
                     results.throughput.setdefault((who, variant), []).append(t)
-                    out(f"  throughput {variant:6} run {number} {_label(who):22} {t.rate:>12,.0f} events/s "
-                        f"({t.seconds:.2f} s, {t.batches} batches)")
-        out(f"latency: {config.rate:,} events/s, {config.latency_window} tumbling windows, "
-            f"{config.latency_seconds:.0f} s per run, first {config.warmup_seconds:.0f} s left out")
-        for number in range(1, config.latency_runs + 1 if config.latency else 1):
-            for who, measure_latency in (("hand", handwritten_latency), ("headrace", headrace_latency)):
-                samples, batches = measure_latency(spark, config, workdir)
+                    out(f"  {variant:6} run {number}  {LABELS[who]:21} {t.rate:>11,.0f} events/s  "
+                        f"{t.seconds:6.2f} s  {t.batches} batches  {t.cpu_rate:>9,.0f} events/CPU-s  "
+                        f"load {t.load:.1f}")
+        if config.latency:
+            out(f"latency: {config.rate:,} events/s, {config.latency_window} tumbling windows, watermark delay "
+                f"{config.latency_out_of_orderness}, foreachBatch sink, {config.latency_seconds:.0f} s per run, "
+                f"windows ending in the first {config.warmup_seconds:.0f} s left out")
+        for number, order in enumerate(_orders(config.latency_runs if config.latency else 0), start=1):
+            for who in order:
+                samples, batches = latency_runs[who](spark, config, workdir)
                 results.latency.setdefault(who, []).extend(samples)
-                out(f"  latency run {number} {_label(who):22} p50 {percentile(samples, 0.5) * 1000:6.0f} ms  "
-                    f"p99 {percentile(samples, 0.99) * 1000:6.0f} ms  ({len(samples)} window results, "
-                    f"{batches} batches)")
+                out(f"  run {number}  {LABELS[who]:21} p50 {percentile(samples, 0.5) * 1000:5.0f} ms  "
+                    f"p99 {percentile(samples, 0.99) * 1000:5.0f} ms  {len(samples)} windows  {batches} batches  "
+                    f"load {os.getloadavg()[0]:.1f}")
         report(results, out)
     finally:
         if own_workdir:
@@ -300,25 +374,35 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
     return results
 
 
-def _label(who: str) -> str:
-    return "headrace" if who == "headrace" else "hand-written PySpark"
-
-
 def report(results: Results, out: Print = print) -> None:
+    """The table, the targets and the closing line ``ysb ratio native=<x> python=<y>``."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
     out("")
     if results.throughput:
-        out(f"{'throughput (median)':26}{'hand-written PySpark':>22}{'headrace':>14}{'ratio':>8}")
-    for variant in VARIANTS if results.throughput else ():
-        hand, ours = results.median_rate("hand", variant), results.median_rate("headrace", variant)
-        out(f"{variant + ' (events/s)':26}{hand:>22,.0f}{ours:>14,.0f}{ours / hand:>8.2f}")
-    if "hand" in results.latency and "headrace" in results.latency:
-        out(f"{'latency (native)':26}{'hand-written PySpark':>22}{'headrace':>14}{'ratio':>8}")
+        out(f"{'throughput (median)':22}{'hand-written':>14}{'headrace':>12}{'ratio':>7}   "
+            f"{'per CPU-second:':>16}{'hand-written':>14}{'headrace':>12}{'ratio':>7}")
+        for variant in VARIANTS:
+            hand, ours = results.median_rate("hand", variant), results.median_rate("headrace", variant)
+            hand_cpu, ours_cpu = (results.median_rate(who, variant, cpu=True) for who in PIPELINES)
+            out(f"{variant + ' (events/s)':22}{hand:>14,.0f}{ours:>12,.0f}{results.ratio(variant):>7.2f}   "
+                f"{'':16}{hand_cpu:>14,.0f}{ours_cpu:>12,.0f}{results.ratio(variant, cpu=True):>7.2f}")
+    if len(results.latency) == 2:
+        out(f"{'latency (native)':22}{'hand-written':>14}{'headrace':>12}{'ratio':>7}")
         for name, q in (("p50 (ms)", 0.5), ("p99 (ms)", 0.99)):
-            hand_q, ours_q = percentile(results.latency["hand"], q), percentile(results.latency["headrace"], q)
-            out(f"{name:26}{hand_q * 1000:>22,.0f}{ours_q * 1000:>14,.0f}{ours_q / hand_q:>8.2f}")
-    if not results.throughput:
-        return
-    out(f"ysb ratio native={results.ratio('native'):.2f} python={results.ratio('python'):.2f}")
+            hand_ms, ours_ms = results.latency_ms("hand", q), results.latency_ms("headrace", q)
+            out(f"{name:22}{hand_ms:>14,.0f}{ours_ms:>12,.0f}{ours_ms / hand_ms:>7.2f}")
+    out("")
+    if results.throughput:
+        native, python = results.ratio("native"), results.ratio("python")
+        out(f"target native >= {TARGETS['native']}: {verdict(native >= TARGETS['native'])}; "
+            f"target python >= {TARGETS['python']}: {verdict(python >= TARGETS['python'])}")
+    if len(results.latency) == 2:
+        p99 = results.latency_ms("headrace", 0.99) / results.latency_ms("hand", 0.99)
+        out(f"target p99 <= {TARGETS['p99']} x hand-written: {verdict(p99 <= TARGETS['p99'])}")
+    if results.throughput:
+        out(f"ysb ratio native={results.ratio('native'):.2f} python={results.ratio('python'):.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

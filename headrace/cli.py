@@ -62,9 +62,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from headrace.connectors.console import Console
     from headrace.demo import ysb_pipeline
 
-    pipeline = ysb_pipeline(variant=args.variant, limit=args.limit)
+    # With --json, stdout carries JSON lines only: the windows' console tables go to stderr.
+    sink = Console(limit=10, out=sys.stderr) if args.json else None
+    pipeline = ysb_pipeline(variant=args.variant, limit=args.limit, sink=sink)
     if not args.json and not args.quiet:
         print(pipeline.explain(), end="\n\n", flush=True)
     result = pipeline.run(state_dir=args.state_dir, master=args.master, progress=_progress(args), fresh=True)

@@ -18,7 +18,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
-import pytest
 from pyspark import cloudpickle
 
 import headrace as hr
@@ -86,6 +85,8 @@ def test_stateless_steps_each_on_its_own_branch(spark, tmp_path):
     (orders.filter(hr.col("qty") > 0, name="nonempty_expr")
      .select("item", hr.col("qty").alias("units"), doubled=hr.col("qty") * 2, name="pick")
      .with_columns(big=hr.col("units") >= 5, units=hr.col("units") + 100, name="more")
+     # a batch step without a schema keeps its input's columns, even those of unknown type
+     .map_batches(lambda frame: frame[frame["doubled"] > 0], format="pandas", name="positive")
      .sink("native", sinks["native"]))
     orders.map_batches(add_total, schema={"item": "string", "total": "double"}, name="totals") \
         .sink("arrow", sinks["arrow"])
@@ -119,28 +120,31 @@ def test_consecutive_python_steps_run_as_one_fused_stage(spark, tmp_path):
     orders = p.source("orders", TestSource([ORDER_ROWS], schema=ORDERS))
     (orders.map(parse, schema={"item": "string", "units": "long", "ts": "long"}, name="parse")
      .filter(lambda o: o["units"] > 0, name="nonempty")
-     .flat_map(lambda o: [{"item": o["item"], "units": o["units"] * 10}] * 2,
-               schema={"item": "string", "units": "long"}, name="twice")
+     .key_by(lambda o: o["item"][0], name="initial")
+     .map(lambda o: {"item": o["key"] + o["item"][1:], "units": o["units"] * 10},
+          schema={"item": "string", "units": "long"}, name="tag")
+     .flat_map(lambda o: [o] * 2, schema={"item": "string", "units": "long"}, name="twice")
      .map_batches(lambda b: b.filter(pa.compute.less(b.column("units"), 50)), name="small")
      .filter(hr.col("units") > 0, name="native_positive")
-     .map(lambda o: {"initial": o["item"][0].upper()}, schema={"initial": "string"}, name="upper")
+     .map(lambda o: {"item": o["item"].upper()}, schema={"item": "string"}, name="upper")
      .sink("out", TestSink()))
 
-    # parse -> nonempty -> twice -> small: one stage; the native filter ends it; upper is a stage alone.
-    assert python_chains(p.plan) == [["parse", "nonempty", "twice", "small"], ["upper"]]
+    # parse .. small (through the key function): one stage; the native filter ends it; upper is alone.
+    chain = ["parse", "nonempty", "initial_fn", "tag", "twice", "small"]
+    assert python_chains(p.plan) == [chain, ["upper"]]
     lines = p.explain().splitlines()
-    stage = "lowered as: fused Python stage #1 (mapInArrow: parse -> nonempty -> twice -> small)"
-    for step in ("parse", "nonempty", "twice", "small"):
+    stage = f"lowered as: fused Python stage #1 (mapInArrow: {' -> '.join(chain)})"
+    for step in chain:
         line = next(i for i, text in enumerate(lines) if text.strip().startswith(step + " "))
         assert stage in lines[line + 1]
-    assert sum("fused Python stage #1" in line for line in lines) == 4
+    assert sum("fused Python stage #1" in line for line in lines) == len(chain)
     assert any("fused Python stage #2 (mapInArrow: upper)" in line for line in lines)
     native = next(i for i, text in enumerate(lines) if text.strip().startswith("native_positive "))
     assert "lowered as: native Spark expressions" in lines[native + 1]
 
     out = run_to_completion(p, state_dir=str(tmp_path))
     # apple: 30 units, twice; pear: dropped (0 units); plum: 70 units, not small.
-    assert out["out"] == [{"initial": "A"}, {"initial": "A"}]
+    assert out["out"] == [{"item": "APPLE"}, {"item": "APPLE"}]
 
 
 def test_a_python_step_with_two_consumers_ends_its_chain():
@@ -169,7 +173,7 @@ def test_tumbling_sliding_and_session_windows_on_long_millisecond_event_time(spa
     readings = p.source("readings", TestSource([READING_ROWS[:2], READING_ROWS[2:]], schema=READINGS),
                         event_time="ts", max_out_of_orderness="1s")
     keyed = readings.key_by("sensor")
-    sinks = {name: TestSink() for name in ("tumbling", "sliding", "session", "sites")}
+    sinks = {name: TestSink() for name in ("tumbling", "sliding", "session", "sites", "whole")}
     (keyed.window(hr.Tumbling("10s"), name="per_10s")
      .aggregate(n=hr.count(), total=hr.sum("value"), low=hr.min("value"), high=hr.max("value"),
                 avg=hr.mean("value"))
@@ -179,6 +183,8 @@ def test_tumbling_sliding_and_session_windows_on_long_millisecond_event_time(spa
         .sink("session", sinks["session"])
     (readings.key_by("sensor", "site").window(hr.Tumbling("10s"), name="per_site")
      .aggregate(n=hr.count()).sink("sites", sinks["sites"]))
+    # The whole stream as one group, in windows shifted by an offset: [-5 s, 5 s), [5 s, 15 s).
+    readings.window(hr.Tumbling("10s", offset="5s"), name="shifted").count().sink("whole", sinks["whole"])
 
     out = run_to_completion(p, state_dir=str(tmp_path))
 
@@ -204,6 +210,10 @@ def test_tumbling_sliding_and_session_windows_on_long_millisecond_event_time(spa
     assert bag(out["sites"], "sensor", "site", "window_start", "n") == Counter({
         ("a", "x", at(0), 1): 1, ("a", "y", at(0), 1): 1, ("b", "x", at(0), 1): 1, ("a", "x", at(10_000), 1): 1,
     })
+    assert sorted(out["whole"], key=lambda r: r["window_start"]) == [
+        {"window_start": at(-5_000), "window_end": at(5_000), "count": 2},
+        {"window_start": at(5_000), "window_end": at(15_000), "count": 2},
+    ]
 
 
 STAMPED = {"user": "string", "clicks": "long", "at": "timestamp"}
@@ -378,11 +388,15 @@ def test_several_sinks_same_stream_and_different_branches(spark, tmp_path):
     readings = p.source("readings", TestSource([READING_ROWS[:3], READING_ROWS[3:]], schema=READINGS),
                         event_time="ts")
     big = readings.filter(hr.col("value") >= 3, name="big")
-    first, second, windows, small = TestSink(), TestSink(), TestSink(), TestSink()
+    first, second, windows, small, upper = TestSink(), TestSink(), TestSink(), TestSink(), TestSink()
     big.sink("first", first)
     big.sink("second", second)
     readings.key_by("sensor").window(hr.Tumbling("10s"), name="per_10s").count().sink("windows", windows)
     readings.filter(lambda r: r["value"] < 3, name="below_3").sink("small", small)
+    # A window after a Python step, beside the native window: each gets its own watermark.
+    relabelled = readings.map(lambda r: {"sensor": r["sensor"].upper(), "ts": r["ts"]},
+                              schema={"sensor": "string", "ts": "timestamp"}, name="relabel")
+    relabelled.key_by("sensor").window(hr.Tumbling("10s"), name="relabelled_10s").count().sink("upper", upper)
 
     out = run_to_completion(p, state_dir=str(tmp_path))
 
@@ -393,5 +407,7 @@ def test_several_sinks_same_stream_and_different_branches(spark, tmp_path):
     assert bag(out["windows"], "sensor", "window_start", "count") == Counter({
         ("a", at(0), 2): 1, ("b", at(0), 1): 1, ("a", at(10_000), 1): 1})
     assert sorted(out["windows"][0]) == ["count", "sensor", "window_end", "window_start"]
+    assert bag(out["upper"], "sensor", "window_start", "count") == Counter({
+        ("A", at(0), 2): 1, ("B", at(0), 1): 1, ("A", at(10_000), 1): 1})
     # Each sink commits the same batch ids (one query): the two sinks of one stream agree batch by batch.
     assert first.batches == second.batches

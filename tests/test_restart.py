@@ -34,7 +34,7 @@ def campaign_counts(name: str, table: str, files: str) -> hr.Pipeline:
     The generator spaces events 10 µs apart in event time, so 30,000 events span 300 ms."""
     p = hr.Pipeline(name)
     ads = p.table("ads", hr.sources.ysb_ads())
-    events = p.source("events", hr.sources.Generator("ysb", limit=30_000, rows_per_batch=3_000, seed=7),
+    events = p.source("events", hr.sources.Generator("ysb", limit=30_000, rows_per_batch=5_000, seed=7),
                       event_time="event_time", max_out_of_orderness="10ms")
     counts = (events.filter(hr.col("event_type") == "view").join(ads, on="ad_id")
               .key_by("campaign_id").window(hr.Tumbling("50ms")).aggregate(views=hr.count()))
@@ -69,17 +69,24 @@ def stop_after(run: PipelineRun, batches: int, graceful: bool) -> threading.Thre
     return thread
 
 
-@pytest.mark.parametrize("graceful", [True, False], ids=["graceful-stop", "killed"])
-def test_restart_gives_the_uninterrupted_output(spark, tmp_path, graceful):
+@pytest.fixture(scope="module")
+def uninterrupted(spark, tmp_path_factory):
+    """The output of one run from start to end: what every interrupted run must match."""
     _postgres_or_skip()
     tag = uuid.uuid4().hex[:8]
+    folder = tmp_path_factory.mktemp("whole")
+    whole = campaign_counts(f"whole_{tag}", f"whole_{tag}", str(folder / "files"))
+    hr.run(whole, state_dir=str(folder / "state"), progress="quiet", handle_signals=False)
+    return table_rows(f"whole_{tag}"), file_rows(str(folder / "files"))
 
-    whole = campaign_counts(f"whole_{tag}", f"whole_{tag}", str(tmp_path / "whole"))
-    hr.run(whole, state_dir=str(tmp_path / "state_whole"), progress="quiet", handle_signals=False)
+
+@pytest.mark.parametrize("graceful", [True, False], ids=["graceful-stop", "killed"])
+def test_restart_gives_the_uninterrupted_output(uninterrupted, tmp_path, graceful):
+    tag = uuid.uuid4().hex[:8]
 
     table, files, state = f"parts_{tag}", str(tmp_path / "parts"), str(tmp_path / "state_parts")
     first = PipelineRun(campaign_counts(f"parts_{tag}", table, files), state_dir=state, progress="quiet").start()
-    watcher = stop_after(first, 4, graceful)
+    watcher = stop_after(first, 2, graceful)
     try:
         first.wait()
     except hr.HeadraceError:
@@ -90,7 +97,7 @@ def test_restart_gives_the_uninterrupted_output(spark, tmp_path, graceful):
     result = second.wait()
     assert result.stopped_by == "input exhausted"
 
-    expected_db, expected_files = table_rows(f"whole_{tag}"), file_rows(str(tmp_path / "whole"))
+    expected_db, expected_files = uninterrupted
     assert len(expected_db) >= 500 and max(expected_db.values()) == 1
     assert table_rows(table) == expected_db
     assert file_rows(files) == expected_files

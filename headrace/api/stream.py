@@ -281,10 +281,13 @@ class Stream:
                     keep_input: bool) -> Stream:
         if not exprs:
             raise self._fail(step, where, f"{mode} needs at least one column")
+        names = [out for out, _ in exprs]
         for out, e in exprs:
             if not isinstance(e, Expr):
                 raise self._fail(step, where, f"column {out!r} must be a column expression (hr.col, hr.lit, "
                                               f"hr.expr), got {e!r}")
+            if names.count(out) > 1:
+                raise self._fail(step, where, f"{mode} names the column {out!r} twice")
             self._check_columns(step, where, e.columns())
         new = {out: self._expr_type(e) for out, e in exprs}
         schema: Schema | None = None
@@ -329,6 +332,10 @@ class Stream:
         if len(keys) == 1 and callable(keys[0]):
             fn = keys[0]
             step = self.pipeline._name(name and f"{name}_fn", "key_fn")
+            if "key" in dict(self.node.schema or ()):
+                raise self._fail(step, where, f"the stream from {self.node.name!r} already has a field 'key', which "
+                                              "the key function's result would replace; rename that field first, or "
+                                              "key by it with key_by('key')")
             schema = None if self.node.schema is None else (*self.node.schema, ("key", "string"))
             keyed_input = Stream(self.pipeline, self._add(PythonStep(step, (self.node.name,), where, schema,
                                                                      self.node.event_time, mode="key", fn=fn)))
@@ -366,6 +373,11 @@ class Stream:
                                               f"{', '.join(n for n, _ in table_schema)}")
         schema = None
         if self.node.schema is not None and table_schema is not None:
+            both = [n for n, _ in table_schema if n not in keys and n in dict(self.node.schema)]
+            if both:
+                raise self._fail(step, where, f"the stream from {self.node.name!r} and table {table.node.name!r} "
+                                              f"both have a column {both[0]!r} that is not a join field; rename "
+                                              "one of them (select or with_columns) before joining")
             schema = tuple(self.node.schema) + tuple((n, t) for n, t in table_schema if n not in keys)
         return self._follow(JoinNode(step, (self.node.name, table.node.name), where, schema, self.node.event_time,
                                      on=keys, how=how))

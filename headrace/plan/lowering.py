@@ -6,13 +6,14 @@ The compiler and ``explain`` share these decisions, so what explain prints is wh
 from __future__ import annotations
 
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import PythonStep, RollingAggregateNode, SinkNode, WindowAggregateNode
+from headrace.plan.nodes import KeyByNode, PythonStep, RollingAggregateNode, SinkNode, WindowAggregateNode
 
 
 def python_chains(plan: Plan) -> list[list[str]]:
     """Runs of consecutive Python steps fused into one Arrow-batched stage.
 
-    A step joins the chain of its input when that input is a Python step with no other consumer.
+    A step joins the chain of its input when that input is a Python step with no other consumer
+    (a ``key_by`` node between them, which only names the keys, does not count).
     """
     chains: list[list[str]] = []
     chain_of: dict[str, list[str]] = {}
@@ -20,6 +21,8 @@ def python_chains(plan: Plan) -> list[list[str]]:
         if not isinstance(node, PythonStep):
             continue
         parent = node.inputs[0]
+        while isinstance(plan.nodes[parent], KeyByNode) and len(plan.consumers(parent)) == 1:
+            parent = plan.nodes[parent].inputs[0]
         if parent in chain_of and len(plan.consumers(parent)) == 1:
             chain = chain_of[parent]
         else:

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headrace import config
 from headrace.errors import HeadraceError, PipelineFailed, SinkError, SourceError, StepFunctionError
 from headrace.runtime.progress import ProgressDisplay
 from headrace.runtime.session import get_session
 
 
 def default_state_dir() -> str:
-    return os.environ.get("HEADRACE_STATE_DIR", ".headrace")
+    return config.STATE_DIR.get()
 
 
 @dataclass
@@ -127,6 +128,10 @@ class PipelineRun:
         deadline = None if max_seconds is None else time.time() + max_seconds
         try:
             while not self.stopping:
+                if not self.query.isActive:  # stopped from outside (query.stop(), another thread)
+                    self._raise_failure()
+                    self.stop_reason = self.stop_reason or "query stopped"
+                    break
                 if until_exhausted:
                     self.release_paced()
                     self.settle()

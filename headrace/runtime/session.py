@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
+from headrace import config
 from headrace.errors import SetupError
 
 JAVA_HELP = ("Java 17 or newer is needed to run Spark and was not found; install it "
@@ -28,13 +29,13 @@ def check_java() -> None:
 
 
 def default_master() -> str:
-    return os.environ.get("HEADRACE_MASTER", "local[*]")
+    return config.MASTER.get()
 
 
 def spark_defaults(master: str) -> dict[str, str]:
     """The settings headrace applies to every session it creates."""
     cores = os.cpu_count() or 2
-    ui = os.environ.get("HEADRACE_SPARK_UI", "0") not in ("", "0", "false")
+    ui = config.SPARK_UI.flag()
     return {
         "spark.master": master,
         "spark.app.name": "headrace",
@@ -73,6 +74,6 @@ def get_session(master: str | None = None) -> Any:
     for key, value in spark_defaults(master or default_master()).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(os.environ.get("HEADRACE_SPARK_LOG_LEVEL", "ERROR"))
+    session.sparkContext.setLogLevel(config.SPARK_LOG_LEVEL.get())
     _session = session
     return session

@@ -9,7 +9,7 @@ stateless steps until the operator that needs them.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,7 @@ class Lowering:
     def __init__(self, plan: Plan, spark: SparkSession, run_dir: str) -> None:
         self.plan, self.spark, self.run_dir = plan, spark, run_dir
         self.frames: dict[str, DataFrame] = {}
+        self.watermarked: dict[str, DataFrame] = {}
         self.raw_sources: dict[str, DataFrame] = {}
         self.chains = {chain[-1]: chain for chain in python_chains(plan)}
         self.dead_letter_metrics: list[str] = []
@@ -83,30 +84,69 @@ class Lowering:
         return any(isinstance(n, EventTimeNode) and source in self.plan.upstream(n.name)
                    for n in self.plan.nodes.values())
 
+    def input(self, node: Node, index: int = 0) -> DataFrame:
+        """The DataFrame of ``node``'s input, with the watermark declared on the way in when
+        this edge is where it belongs (see ``watermark_on_edge``)."""
+        name = node.inputs[index]
+        df = self.frame(name)
+        if not self.watermark_on_edge(name, node.name):
+            return df
+        if name not in self.watermarked:
+            producer, delay = self.plan.nodes[name], self.watermark_delay(name)
+            assert producer.event_time is not None and delay is not None
+            self.watermarked[name] = with_watermark(df, producer.event_time, delay)
+        return self.watermarked[name]
+
+    # Where the watermark goes. Spark refuses a second watermark on one lineage, and a Python
+    # stage hides the first from what follows it, so a Python step carrying event time (or a new
+    # event-time declaration) declares the watermark again for what follows it. Each window needs
+    # one watermark on every path from its event-time declarations: the nearest place above the
+    # window from which no path meets such a step. A branch that reaches no window gets none: its
+    # watermark would only hold back the windows' (Spark combines watermarks by their minimum).
+
+    def _reach(self, names: Iterable[str]) -> tuple[bool, bool]:
+        """What records entering the nodes ``names`` meet, until a window: (a window, a step
+        that declares the watermark again)."""
+        window = redeclared = False
+        todo, seen = list(names), set()
+        while todo:
+            current = self.plan.nodes[todo.pop()]
+            if current.name in seen:
+                continue
+            seen.add(current.name)
+            if isinstance(current, WindowAggregateNode):
+                window = True
+            elif isinstance(current, EventTimeNode) or (
+                    isinstance(current, PythonStep) and current.event_time is not None):
+                redeclared = True
+            else:
+                todo.extend(c.name for c in self.plan.consumers(current.name))
+        return window, redeclared
+
+    def _carries_time(self, name: str) -> bool:
+        return self.plan.nodes[name].event_time is not None and self.watermark_delay(name) is not None
+
     def watermark_here(self, node: Node) -> bool:
-        """Spark allows one watermark per lineage and a Python stage hides it from what follows,
-        so the watermark goes on the last event-time-carrying node before each window that no
-        Python step follows on the way there. A branch that reaches no window gets none: its
-        watermark would only hold back the windows' (Spark combines watermarks by their minimum).
-        Without any window, the watermark goes after the last Python step, for progress reports."""
-        if node.event_time is None or self.watermark_delay(node.name) is None:
+        """Whether an event-time declaration or a Python stage declares the watermark on its output:
+        when no step after it declares it again and a window follows (or, in a pipeline without
+        windows, for the progress reports)."""
+        if not self._carries_time(node.name):
             return False
         if not isinstance(node, EventTimeNode) and node.name not in self.chains:
             return False
-        windows = any(isinstance(n, WindowAggregateNode) for n in self.plan.nodes.values())
-        todo = [c.name for c in self.plan.consumers(node.name)]
-        while todo:
-            current = self.plan.nodes[todo.pop()]
-            if isinstance(current, PythonStep) and current.event_time is not None:
-                if not windows:
-                    return False
-                continue  # the watermark goes after that Python stage, for what follows it
-            if isinstance(current, EventTimeNode):
-                continue
-            if isinstance(current, WindowAggregateNode):
-                return True
-            todo.extend(c.name for c in self.plan.consumers(current.name))
-        return not windows
+        window, redeclared = self._reach(c.name for c in self.plan.consumers(node.name))
+        has_windows = any(isinstance(n, WindowAggregateNode) for n in self.plan.nodes.values())
+        return not redeclared and (window or not has_windows)
+
+    def watermark_on_edge(self, name: str, consumer: str) -> bool:
+        """Whether the watermark goes between ``name`` and ``consumer``: where the paths from a
+        declaration part, towards a window, away from the steps that declare it again."""
+        if not self._carries_time(name):
+            return False
+        if not self._reach(c.name for c in self.plan.consumers(name))[1]:
+            return False  # declared on this node or above it, or not needed
+        window, redeclared = self._reach([consumer])
+        return window and not redeclared
 
     def watermark_delay(self, name: str) -> int | None:
         """The delay of the nearest event-time declaration upstream of ``name``."""
@@ -179,7 +219,7 @@ def lower_table(node: TableNode, lowering: Lowering) -> DataFrame:
 
 @handles("native")
 def lower_native(node: NativeStep, lowering: Lowering) -> DataFrame:
-    df = lowering.frame(node.inputs[0])
+    df = lowering.input(node)
     has_control = CONTROL_COLUMN in df.columns
     if node.mode == "filter":
         condition = to_column(node.exprs[0][1])
@@ -194,7 +234,7 @@ def lower_native(node: NativeStep, lowering: Lowering) -> DataFrame:
 @handles("python")
 def lower_python(node: PythonStep, lowering: Lowering) -> DataFrame:
     chain = [lowering.plan.nodes[name] for name in lowering.chains[node.name]]
-    df = lowering.frame(chain[0].inputs[0])
+    df = lowering.input(chain[0])
     has_control = CONTROL_COLUMN in df.columns
     schema = to_arrow_schema(df.drop(CONTROL_COLUMN).schema if has_control else df.schema, timezone="UTC")
     specs = []
@@ -243,7 +283,7 @@ def with_watermark(df: DataFrame, field_name: str, delay_ms: int) -> DataFrame:
 
 @handles("event_time")
 def lower_event_time(node: EventTimeNode, lowering: Lowering) -> DataFrame:
-    df = lowering.frame(node.inputs[0])
+    df = lowering.input(node)
     field_name = node.event_time
     assert field_name is not None
     if dict(df.dtypes)[field_name] != "timestamp":
@@ -253,7 +293,7 @@ def lower_event_time(node: EventTimeNode, lowering: Lowering) -> DataFrame:
 
 @handles("key_by")
 def lower_key_by(node: Node, lowering: Lowering) -> DataFrame:
-    return lowering.frame(node.inputs[0])
+    return lowering.input(node)
 
 
 AGGREGATES: dict[str, Callable[[str | None], Column]] = {
@@ -271,7 +311,7 @@ def _aggregates(aggs: tuple[tuple[str, Agg], ...]) -> list[Column]:
 
 @handles("rolling_aggregate")
 def lower_rolling(node: RollingAggregateNode, lowering: Lowering) -> DataFrame:
-    df = without_control(lowering.frame(node.inputs[0]))
+    df = without_control(lowering.input(node))
     keys = [F.col(f"`{k}`") for k in node.keys or ()]
     if node.reduce_fn is not None:
         return reduce_per_key(df, node)
@@ -280,7 +320,7 @@ def lower_rolling(node: RollingAggregateNode, lowering: Lowering) -> DataFrame:
 
 @handles("window_aggregate")
 def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
-    df = without_control(lowering.frame(node.inputs[0]))
+    df = without_control(lowering.input(node))
     shape = node.window.to_json()
     event_time = F.col(f"`{node.event_time or lowering.plan.nodes[node.inputs[0]].event_time}`")
     if shape["kind"] == "session":
@@ -299,8 +339,8 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
 
 @handles("join")
 def lower_join(node: JoinNode, lowering: Lowering) -> DataFrame:
-    df = lowering.frame(node.inputs[0])
-    table = lowering.frame(node.inputs[1])
+    df = lowering.input(node)
+    table = lowering.input(node, 1)
     on = list(node.on)
     if CONTROL_COLUMN not in df.columns:
         return df.join(F.broadcast(table), on=on, how=node.how)
@@ -314,7 +354,7 @@ def lower_join(node: JoinNode, lowering: Lowering) -> DataFrame:
 
 @handles("union")
 def lower_union(node: UnionNode, lowering: Lowering) -> DataFrame:
-    frames = [lowering.frame(name) for name in node.inputs]
+    frames = [lowering.input(node, index) for index in range(len(node.inputs))]
     result = frames[0]
     for other in frames[1:]:
         result = result.unionByName(other, allowMissingColumns=True)
@@ -338,4 +378,4 @@ def lower_dead_letters(node: DeadLettersNode, lowering: Lowering) -> DataFrame:
 
 @handles("sink")
 def lower_sink(node: SinkNode, lowering: Lowering) -> DataFrame:
-    return without_control(lowering.frame(node.inputs[0]))
+    return without_control(lowering.input(node))

@@ -1,0 +1,36 @@
+"""Every setting headrace reads from the environment: its type, default and meaning, in one place."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    default: str
+    doc: str
+
+    def get(self) -> str:
+        return os.environ.get(self.env, self.default)
+
+    def flag(self) -> bool:
+        return self.get().strip().lower() not in ("", "0", "false", "no", "off")
+
+
+MASTER = Setting("HEADRACE_MASTER", "local[*]", "Spark master URL: local[*], spark://host:7077, yarn, k8s://...")
+STATE_DIR = Setting("HEADRACE_STATE_DIR", ".headrace", "directory holding each pipeline's checkpoint and run files")
+SPARK_UI = Setting("HEADRACE_SPARK_UI", "0", "1 to start Spark's web UI (off by default)")
+SPARK_LOG_LEVEL = Setting("HEADRACE_SPARK_LOG_LEVEL", "ERROR", "Spark's log level (ERROR, WARN, INFO, DEBUG)")
+
+ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL)
+
+
+def describe() -> str:
+    """A table of the settings, for docs and ``--help``.
+
+    >>> print(describe().splitlines()[0])
+    HEADRACE_MASTER (default local[*]): Spark master URL: local[*], spark://host:7077, yarn, k8s://...
+    """
+    return "\n".join(f"{s.env} (default {s.default}): {s.doc}" for s in ALL)
