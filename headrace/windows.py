@@ -136,3 +136,45 @@ def merge_sessions(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append((start, end))
     return merged
+
+
+@dataclass(frozen=True, init=False)
+class Count(WindowShape):
+    """Per-key count windows in arrival order: every ``slide`` records of a key, a window of
+    its last ``size`` records (``slide == size``: tumbling). Time plays no part; a trailing
+    partial window is never emitted."""
+
+    size: int
+    slide: int
+
+    def __init__(self, size: int, slide: int | None = None) -> None:
+        slide = size if slide is None else slide
+        for name, value in (("size", size), ("slide", slide)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise PlanError(f"Count window {name} must be a positive number of records, got {value!r}")
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "slide", slide)
+
+    def assign(self, t: int) -> list[tuple[int, int]]:
+        raise PlanError("count windows are assigned by arrival order, not by time")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "count", "size": self.size, "slide": self.slide}
+
+    def __str__(self) -> str:
+        return f"count {self.size}" + (f" every {self.slide}" if self.slide != self.size else "")
+
+
+@dataclass(frozen=True)
+class Global(WindowShape):
+    """One window per key for all time, reported with null bounds; it fires only on its
+    trigger (e.g. ``hr.CountTrigger(n)``) or at the end of a bounded input."""
+
+    def assign(self, t: int) -> list[tuple[int, int]]:
+        raise PlanError("the global window holds every record of a key; it has no bounds")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "global"}
+
+    def __str__(self) -> str:
+        return "global"

@@ -1,0 +1,249 @@
+"""The event-time window operator's logic, free of Spark: windows per key, triggers,
+allowed lateness, accumulation, session merging, count windows and the late side output.
+
+One :class:`WindowState` holds every window of the keys of one operator instance; Spark's
+stateful processor (``headrace/spark/windows.py``) loads it, feeds it a micro-batch and
+the watermark, and stores it back. A micro-batch's records are judged against the
+watermark left by the batches before it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission, EveryN
+from headrace.windows import Count, Global, Session, WindowShape
+
+NEG_INF = -math.inf
+
+
+class WindowFunction:
+    """How a window turns records into a result: create, add, merge and result."""
+
+    def create(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, accumulator: Any, record: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def result(self, accumulator: Any, key: Any, window: tuple[int | None, int | None]) -> list[dict[str, Any]]:
+        """The output records of one pane (usually one)."""
+        raise NotImplementedError
+
+
+@dataclass
+class Pane:
+    total: Any                  # everything in the window so far
+    pending: Any                # what arrived since the previous pane
+    pending_records: int = 0
+    on_time_done: bool = False
+    early_count: int = 0
+    timer: float | None = None  # processing time of a due early pane
+    panes_emitted: int = 0
+
+
+@dataclass
+class Fired:
+    key: Any
+    start: int | None
+    end: int | None
+    kind: str                   # early, on_time, late, count
+    pane: int
+    results: list[dict[str, Any]]
+
+
+@dataclass
+class Dropped:
+    key: Any
+    record: dict[str, Any]
+    window_start: int | None
+    window_end: int | None
+
+
+@dataclass
+class WindowState:
+    panes: dict[tuple[Any, float, float], Pane] = field(default_factory=dict)
+    counts: dict[Any, list[dict[str, Any]]] = field(default_factory=dict)
+    since: dict[Any, int] = field(default_factory=dict)
+    count_panes: dict[Any, int] = field(default_factory=dict)
+    clock: int = 0
+
+
+def _label(start: float, end: float) -> tuple[int | None, int | None]:
+    return (None if start == NEG_INF else int(start), None if end == math.inf else int(end))
+
+
+class WindowLogic:
+    """The operator for one window step: shape, emission policy and window function."""
+
+    def __init__(self, shape: WindowShape, emission: Emission, function: WindowFunction) -> None:
+        self.shape, self.emission, self.function = shape, emission, function
+        self.lateness = emission.allowed_lateness_ms
+        self.trigger = emission.trigger
+
+    # -- the three ways in -----------------------------------------------------------------
+    def process(self, state: WindowState, records: Iterable[tuple[Any, int, dict[str, Any]]], watermark: float,
+                out: list[Fired], dropped: list[Dropped]) -> None:
+        """Add a micro-batch's records (key, event time in ms, record), in arrival order."""
+        for key, t, record in records:
+            if isinstance(self.shape, Count):
+                self._add_counted(state, key, record, out)
+                continue
+            if isinstance(self.shape, Session):
+                merged = self._merge_session(state, key, t, watermark)
+                windows = [merged] if merged is not None else []
+                if merged is None:
+                    dropped.append(Dropped(key, record, t, t + self.shape.gap_ms))
+            else:
+                assigned = ([(NEG_INF, math.inf)] if isinstance(self.shape, Global)
+                            else [(float(s), float(e)) for s, e in self.shape.assign(t)])
+                windows = [w for w in assigned if not self._expired(w, watermark)]
+                if not windows:
+                    last = assigned[-1]
+                    dropped.append(Dropped(key, record, *_label(*last)))
+            for window in windows:
+                self._add(state, key, window, record, watermark, out)
+
+    def on_watermark(self, state: WindowState, watermark: float, out: list[Fired]) -> None:
+        """Fire the on-time panes of windows the watermark completed; forget expired ones."""
+        if isinstance(self.trigger, AfterWatermark):
+            for ident in sorted(state.panes, key=_order):
+                pane = state.panes[ident]
+                if not pane.on_time_done and watermark >= ident[2]:
+                    pane.on_time_done = True
+                    self._fire(ident, pane, "on_time", out)
+                    pane.timer = None
+        for ident in [i for i in state.panes if self._expired((i[1], i[2]), watermark)]:
+            del state.panes[ident]
+
+    def on_clock(self, state: WindowState, clock: int, out: list[Fired]) -> None:
+        """Processing time moved to ``clock``: fire the early panes that are due."""
+        state.clock = max(state.clock, clock)
+        for ident in sorted(state.panes, key=_order):
+            pane = state.panes[ident]
+            if pane.timer is not None and pane.timer <= state.clock:
+                pane.timer = None
+                if not pane.on_time_done:
+                    self._fire(ident, pane, "early", out)
+
+    def next_event_time(self, state: WindowState) -> float | None:
+        """The earliest watermark at which something will happen (an on-time pane or an expiry)."""
+        times = []
+        for (_, start, end), pane in state.panes.items():
+            if isinstance(self.trigger, AfterWatermark) and not pane.on_time_done:
+                times.append(end)
+            times.append(end + self.lateness)
+        finite = [t for t in times if t != math.inf]
+        return min(finite) if finite else None
+
+    # -- internals -----------------------------------------------------------------------------
+    def _expired(self, window: tuple[float, float], watermark: float) -> bool:
+        return watermark >= window[1] + self.lateness
+
+    def _add(self, state: WindowState, key: Any, window: tuple[float, float], record: dict[str, Any],
+             watermark: float, out: list[Fired]) -> None:
+        ident = (key, window[0], window[1])
+        pane = state.panes.get(ident)
+        if pane is None:
+            pane = state.panes[ident] = Pane(self.function.create(), self.function.create())
+        pane.total = self.function.add(pane.total, record)
+        pane.pending = self.function.add(pane.pending, record)
+        pane.pending_records += 1
+        if isinstance(self.trigger, CountTrigger):
+            pane.early_count += 1
+            if pane.early_count >= self.trigger.n:
+                self._fire(ident, pane, "count", out)
+            return
+        if watermark >= window[1]:  # complete but not expired: a late pane at once
+            pane.on_time_done = True
+            self._fire(ident, pane, "late", out)
+            return
+        early = self.trigger.early
+        if isinstance(early, EveryN):
+            pane.early_count += 1
+            if pane.early_count >= early.n:
+                self._fire(ident, pane, "early", out)
+        elif isinstance(early, AfterDelay) and pane.timer is None:
+            pane.timer = state.clock + early.delay_ms
+
+    def _fire(self, ident: tuple[Any, float, float], pane: Pane, kind: str, out: list[Fired]) -> None:
+        empty_on_time = (kind == "on_time" and isinstance(self.trigger, AfterWatermark)
+                         and self.trigger.on_time_empty == "fire")
+        if not pane.pending_records and not empty_on_time:
+            return
+        accumulator = pane.total if self.emission.accumulating else pane.pending
+        window = _label(ident[1], ident[2])
+        out.append(Fired(ident[0], *window, kind, pane.panes_emitted,
+                         self.function.result(accumulator, ident[0], window)))
+        pane.panes_emitted += 1
+        pane.pending = self.function.create()
+        pane.pending_records = 0
+        pane.early_count = 0
+        pane.timer = None
+
+    def _merge_session(self, state: WindowState, key: Any, t: int, watermark: float) -> tuple[float, float] | None:
+        """Merge the record's proto-session [t, t + gap) with the key's sessions that overlap or
+        touch it; None when the result has already expired (the record is dropped)."""
+        assert isinstance(self.shape, Session)
+        start, end = float(t), float(t + self.shape.gap_ms)
+        members: list[tuple[float, float]] = []
+        changed = True
+        while changed:
+            changed = False
+            for k, s, e in list(state.panes):
+                if k == key and (s, e) not in members and start <= e and s <= end:
+                    members.append((s, e))
+                    start, end = min(start, s), max(end, e)
+                    changed = True
+        merged = (start, end)
+        if not members and self._expired(merged, watermark):
+            return None
+        if members == [merged]:
+            return merged
+        combined: Pane | None = None
+        for s, e in sorted(members):
+            old = state.panes.pop((key, s, e))
+            if combined is None:
+                combined = old
+                continue
+            combined.total = self.function.merge(combined.total, old.total)
+            combined.pending = self.function.merge(combined.pending, old.pending)
+            combined.pending_records += old.pending_records
+            combined.early_count += old.early_count
+            combined.panes_emitted = max(combined.panes_emitted, old.panes_emitted)
+            if old.timer is not None:
+                combined.timer = old.timer if combined.timer is None else min(combined.timer, old.timer)
+        if combined is not None:
+            combined.on_time_done = False
+            combined.panes_emitted = 0
+            state.panes[(key, start, end)] = combined
+        return merged
+
+    def _add_counted(self, state: WindowState, key: Any, record: dict[str, Any], out: list[Fired]) -> None:
+        """Count windows: every ``slide``-th record of a key emits its last ``size`` records."""
+        assert isinstance(self.shape, Count)
+        buffer = state.counts.setdefault(key, [])
+        buffer.append(record)
+        del buffer[:-self.shape.size]
+        state.since[key] = state.since.get(key, 0) + 1
+        if state.since[key] == self.shape.slide:
+            accumulator = self.function.create()
+            for item in buffer:
+                accumulator = self.function.add(accumulator, item)
+            pane = state.count_panes.get(key, 0)
+            out.append(Fired(key, None, None, "count", pane, self.function.result(accumulator, key, (None, None))))
+            state.count_panes[key] = pane + 1
+            state.since[key] = 0
+
+
+def _order(ident: tuple[Any, float, float]) -> tuple[str, float, float]:
+    return (str(ident[0]), ident[1], ident[2])
+
+
+AggregateCallable = Callable[..., Any]
