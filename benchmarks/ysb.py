@@ -64,11 +64,11 @@ SOURCE_NAME = "ad_events"  # the headrace pipeline's source step name; the hand-
 
 @dataclass(frozen=True)
 class Config:
-    events: int = 12_000_000
+    events: int = 6_000_000
     rows_per_batch: int = 2_000_000
-    runs: int = 3
+    runs: int = 5
     rate: int = 50_000
-    latency_seconds: float = 45.0
+    latency_seconds: float = 40.0
     latency_runs: int = 2
     warmup_seconds: float = 8.0
     window: str = "10s"
@@ -79,8 +79,8 @@ class Config:
     latency: bool = True
 
 
-QUICK = Config(events=400_000, rows_per_batch=200_000, runs=1, latency_seconds=10.0, latency_runs=1,
-               warmup_seconds=4.0)
+QUICK = Config(events=300_000, rows_per_batch=150_000, runs=1, latency_seconds=10.0, latency_runs=1,
+               warmup_seconds=3.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,35 +258,50 @@ def headrace_throughput(spark: SparkSession, variant: str, config: Config, workd
     return Throughput(config.events, processing_seconds(result.progress), len(result.progress))
 
 
-def handwritten_latency(spark: SparkSession, config: Config, workdir: str) -> tuple[list[float], int]:
+@dataclass
+class Latency:
+    samples: list[float]  # seconds, one per window result
+    batches: int
+    batch_ms: float  # the median micro-batch duration
+
+    @classmethod
+    def of(cls, sink: ArrivalSink, after: float, progress: list[dict[str, Any]]) -> Latency:
+        durations = [p["durationMs"]["triggerExecution"] for p in progress]
+        return cls(sink.latencies(after), len(progress), statistics.median(durations) if durations else 0.0)
+
+
+def handwritten_latency(spark: SparkSession, config: Config, workdir: str) -> Latency:
     root = _fresh(workdir, "hand_latency")
+    run_dir = os.path.join(root, "run")
     generator = Generator("ysb", rate=config.rate)
     sink = ArrivalSink()
-    df = handwritten_ysb(spark, "native", generator, os.path.join(root, "run"), window=config.latency_window,
+    df = handwritten_ysb(spark, "native", generator, run_dir, window=config.latency_window,
                          max_out_of_orderness=config.latency_out_of_orderness)
     started = time.time()
     query = (df.writeStream.queryName("hand_latency").outputMode("append").foreachBatch(sink.write_batch)
              .option("checkpointLocation", os.path.join(root, "checkpoint")).start())
     try:
         query.awaitTermination(config.latency_seconds)
-        batches = len(query.recentProgress)
+        # Stop at a batch boundary, as headrace does: the source hands out no new data from now on.
+        os.makedirs(run_dir, exist_ok=True)
+        open(os.path.join(run_dir, "stop"), "w").close()
+        query.processAllAvailable()
+        progress = [dict(p) for p in query.recentProgress]
     finally:
         query.stop()
-    if query.exception() is not None:
-        raise RuntimeError(f"hand-written latency run failed: {query.exception()}")
-    return sink.latencies(after=started + config.warmup_seconds), batches
+    return Latency.of(sink, started + config.warmup_seconds, progress)
 
 
-def headrace_latency(spark: SparkSession, config: Config, workdir: str) -> tuple[list[float], int]:
+def headrace_latency(spark: SparkSession, config: Config, workdir: str) -> Latency:
     root = _fresh(workdir, "headrace_latency")
     sink = ArrivalSink()
     pipeline = ysb_pipeline(variant="native", limit=None, rate=config.rate, window=config.latency_window,
                             max_out_of_orderness=config.latency_out_of_orderness, sink=sink,
                             name="headrace_latency")
+    run = PipelineRun(pipeline, state_dir=root, progress="quiet", fresh=True)
     started = time.time()
-    run = PipelineRun(pipeline, state_dir=root, progress="quiet", fresh=True).start()
-    result = run.wait(until_exhausted=False, max_seconds=config.latency_seconds)
-    return sink.latencies(after=started + config.warmup_seconds), result.batches
+    result = run.start().wait(until_exhausted=False, max_seconds=config.latency_seconds)
+    return Latency.of(sink, started + config.warmup_seconds, result.progress[-100:])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -339,11 +354,11 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
     try:
         out(f"YSB: headrace against hand-written PySpark, Spark {spark.version} {spark.sparkContext.master}, "
             f"shuffle partitions {spark.conf.get('spark.sql.shuffle.partitions')}, {os.cpu_count()} cores")
+        warm = replace(config, events=2 * min(config.rows_per_batch, 100_000),
+                       rows_per_batch=min(config.rows_per_batch, 100_000))
         if config.throughput:
             out(f"throughput: {config.events:,} events, micro-batches of {config.rows_per_batch:,}, noop sink, "
                 f"{config.runs} run(s) each, alternating")
-            warm = replace(config, events=2 * min(config.rows_per_batch, 100_000),
-                           rows_per_batch=min(config.rows_per_batch, 100_000))
         for variant in VARIANTS if config.throughput else ():
             for who in PIPELINES:  # warm up: Python workers, the generator's string pools, the JIT
                 throughput_runs[who](spark, variant, warm, workdir)
@@ -360,13 +375,16 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
             out(f"latency: {config.rate:,} events/s, {config.latency_window} tumbling windows, watermark delay "
                 f"{config.latency_out_of_orderness}, foreachBatch sink, {config.latency_seconds:.0f} s per run, "
                 f"windows ending in the first {config.warmup_seconds:.0f} s left out")
+            if not config.throughput:
+                for who in PIPELINES:
+                    throughput_runs[who](spark, "native", warm, workdir)
         for number, order in enumerate(_orders(config.latency_runs if config.latency else 0), start=1):
             for who in order:
-                samples, batches = latency_runs[who](spark, config, workdir)
-                results.latency.setdefault(who, []).extend(samples)
-                out(f"  run {number}  {LABELS[who]:21} p50 {percentile(samples, 0.5) * 1000:5.0f} ms  "
-                    f"p99 {percentile(samples, 0.99) * 1000:5.0f} ms  {len(samples)} windows  {batches} batches  "
-                    f"load {os.getloadavg()[0]:.1f}")
+                lat = latency_runs[who](spark, config, workdir)
+                results.latency.setdefault(who, []).extend(lat.samples)
+                out(f"  run {number}  {LABELS[who]:21} p50 {percentile(lat.samples, 0.5) * 1000:5.0f} ms  "
+                    f"p99 {percentile(lat.samples, 0.99) * 1000:5.0f} ms  {len(lat.samples)} windows  "
+                    f"{lat.batches} batches of {lat.batch_ms:.0f} ms (median)  load {os.getloadavg()[0]:.1f}")
         report(results, out)
     finally:
         if own_workdir:

@@ -19,7 +19,6 @@ from headrace.windows import Count, Global, Session, WindowShape
 
 NEG_INF = -math.inf
 
-
 class WindowFunction:
     """How a window turns records into a result: create, add, merge and result."""
 
@@ -36,7 +35,6 @@ class WindowFunction:
         """The output records of one pane (usually one)."""
         raise NotImplementedError
 
-
 @dataclass
 class Pane:
     total: Any                  # everything in the window so far
@@ -47,7 +45,6 @@ class Pane:
     timer: float | None = None  # processing time of a due early pane
     panes_emitted: int = 0
 
-
 @dataclass
 class Fired:
     key: Any
@@ -57,14 +54,12 @@ class Fired:
     pane: int
     results: list[dict[str, Any]]
 
-
 @dataclass
 class Dropped:
     key: Any
     record: dict[str, Any]
     window_start: int | None
     window_end: int | None
-
 
 @dataclass
 class WindowState:
@@ -74,10 +69,8 @@ class WindowState:
     count_panes: dict[Any, int] = field(default_factory=dict)
     clock: int = 0
 
-
 def _label(start: float, end: float) -> tuple[int | None, int | None]:
     return (None if start == NEG_INF else int(start), None if end == math.inf else int(end))
-
 
 class WindowLogic:
     """The operator for one window step: shape, emission policy and window function."""
@@ -135,7 +128,7 @@ class WindowLogic:
     def next_event_time(self, state: WindowState) -> float | None:
         """The earliest watermark at which something will happen (an on-time pane or an expiry)."""
         times = []
-        for (_, start, end), pane in state.panes.items():
+        for (_, _start, end), pane in state.panes.items():
             if isinstance(self.trigger, AfterWatermark) and not pane.on_time_done:
                 times.append(end)
             times.append(end + self.lateness)
@@ -241,9 +234,7 @@ class WindowLogic:
             state.count_panes[key] = pane + 1
             state.since[key] = 0
 
-
 def _order(ident: tuple[Any, float, float]) -> tuple[str, float, float]:
     return (str(ident[0]), ident[1], ident[2])
-
 
 AggregateCallable = Callable[..., Any]
