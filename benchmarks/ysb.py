@@ -3,28 +3,31 @@
     .venv/bin/python benchmarks/ysb.py            # the full benchmark (about 8 minutes)
     .venv/bin/python benchmarks/ysb.py --quick    # a smoke run on small data (about 1 minute)
 
-Both pipelines run in the same process, on the same Spark session, read the same
+Both pipelines run in the same process, on one Spark session (headrace's), read the same
 deterministic ``Generator`` Python data source and write to the same kind of sink:
 
     ad events -> keep views -> project (ad_id, event_time) -> join ad -> campaign
               -> count per campaign per event-time window
 
-* **Throughput** (events/s): a bounded input of ``--events`` events, ``--rows-per-batch``
-  events per micro-batch, Spark's ``noop`` sink; the time is measured from the start of
-  the first micro-batch to the end of the last micro-batch that carried input (from the
-  query's progress reports, the same way for both: a hand-written pipeline cannot flush
-  its last windows at the end of a bounded input, so the flush batch is left out).
-  Two variants: filter and projection as column expressions (``native``) and as Python
-  functions (``python``: a fused Arrow stage in headrace, ``pyspark.sql.functions.udf``
-  by hand). Runs alternate (hand-written, headrace, hand-written, ...) and the median
-  of ``--runs`` runs is reported.
-* **Latency** at ``--rate`` events/s (wall clock): 1 s tumbling windows, no
-  out-of-orderness allowed; each window's result is stamped when it reaches the sink
-  (a ``foreachBatch`` on the driver, after the rows are collected); its latency is that
-  arrival time minus the window's end, the creation time of the last event that could
-  belong to it (the generator stamps each event with its creation time). Windows that
-  end in the first ``--warmup`` seconds are left out. p50 and p99 over all windows of
-  all runs of each pipeline.
+* **Throughput** (events/s): a bounded input of ``--events`` events in micro-batches of
+  ``--rows-per-batch``, 10 s windows, Spark's ``noop`` sink. The time runs from the start
+  of the first micro-batch to the end of the last one that read input, from the query's
+  progress reports, the same way for both (a hand-written pipeline cannot flush its last
+  windows at the end of a bounded input, so the flush batch is left out). Two variants:
+  filter and projection as column expressions (``native``), and as Python functions
+  (``python``: one fused Arrow stage in headrace, ``pyspark.sql.functions.udf`` by hand).
+  After a warm-up run of each, ``--runs`` runs of each alternate (hand-written first,
+  then headrace first, ...); the table shows each pipeline's median and the median of
+  the ratios of the runs made one after the other. Events per CPU-second (Spark's JVM,
+  its Python workers and this process) are shown too: other programs on the machine
+  slow a run down without changing the CPU it needs.
+* **Latency** at ``--rate`` events/s of wall clock: 250 ms tumbling windows, no
+  out-of-orderness allowed, a ``foreachBatch`` sink that collects each batch on the
+  driver and notes when each window's result arrived. A window's latency is its arrival
+  time minus its end: the creation time of the last event that could belong to it (the
+  generator stamps each event with its creation time, and hands no event out before
+  then). Windows ending in the first ``warmup_seconds`` of a run are left out; p50 and p99
+  are over every window of every run of a pipeline.
 
 The last line is ``ysb ratio native=<x> python=<y>``: headrace's throughput divided by
 the hand-written pipeline's, per variant.
@@ -70,17 +73,17 @@ class Config:
     rate: int = 50_000
     latency_seconds: float = 40.0
     latency_runs: int = 2
-    warmup_seconds: float = 8.0
+    warmup_seconds: float = 5.0
     window: str = "10s"
     max_out_of_orderness: str = "1s"
-    latency_window: str = "1s"
+    latency_window: str = "250ms"
     latency_out_of_orderness: str = "0s"
     throughput: bool = True
     latency: bool = True
 
 
-QUICK = Config(events=300_000, rows_per_batch=150_000, runs=1, latency_seconds=10.0, latency_runs=1,
-               warmup_seconds=3.0)
+QUICK = Config(events=300_000, rows_per_batch=150_000, runs=1, latency_seconds=8.0, latency_runs=1,
+               warmup_seconds=2.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,7 +153,7 @@ class CpuClock:
 
     Other programs on the machine slow a run down without changing how much CPU it needs,
     so events per CPU second is a second, contention-proof view of throughput. Linux only
-    (``/proc``); elsewhere it reads 0.
+    (``/proc``); elsewhere it counts this process alone.
     """
 
     def __init__(self, spark: SparkSession) -> None:
@@ -205,22 +208,23 @@ class Throughput:
 
 
 class ArrivalSink(SinkConnector):
-    """Collects each batch on the driver and stamps every row's window end with its arrival time."""
+    """Collects each batch on the driver and notes when each window's result arrived."""
 
     guarantee = Guarantee.AT_LEAST_ONCE
 
     def __init__(self) -> None:
-        self.samples: list[tuple[float, float]] = []  # (window_end, arrival), epoch seconds
+        self.arrivals: dict[int, float] = {}  # window end (epoch µs) -> arrival (epoch s)
 
     def write_batch(self, df: DataFrame, batch_id: int) -> None:
         table = df.toArrow()
         arrival = time.time()
-        ends = table.column("window_end").cast("int64").to_pylist()
-        self.samples.extend((end / 1e6, arrival) for end in ends)
+        for end in set(table.column("window_end").cast("int64").to_pylist()):
+            self.arrivals.setdefault(end, arrival)
 
     def latencies(self, after: float) -> list[float]:
-        """Latencies in seconds of the windows that end after ``after`` (epoch seconds)."""
-        return [arrival - end for end, arrival in self.samples if end > after]
+        """Seconds from each window's end to its result's arrival, for the windows ending
+        after ``after`` (epoch seconds)."""
+        return [arrival - end / 1e6 for end, arrival in sorted(self.arrivals.items()) if end / 1e6 > after]
 
     def describe(self) -> dict[str, Any]:
         return {"type": "ArrivalSink"}
@@ -354,13 +358,14 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
     try:
         out(f"YSB: headrace against hand-written PySpark, Spark {spark.version} {spark.sparkContext.master}, "
             f"shuffle partitions {spark.conf.get('spark.sql.shuffle.partitions')}, {os.cpu_count()} cores")
-        warm = replace(config, events=2 * min(config.rows_per_batch, 100_000),
-                       rows_per_batch=min(config.rows_per_batch, 100_000))
+        # Warm-up runs (not measured): Python workers, the generator's string pools, the JIT.
+        warm = replace(config, events=min(200_000, config.events // 10 + 2),
+                       rows_per_batch=min(100_000, config.events // 20 + 1))
         if config.throughput:
             out(f"throughput: {config.events:,} events, micro-batches of {config.rows_per_batch:,}, noop sink, "
                 f"{config.runs} run(s) each, alternating")
         for variant in VARIANTS if config.throughput else ():
-            for who in PIPELINES:  # warm up: Python workers, the generator's string pools, the JIT
+            for who in PIPELINES:
                 throughput_runs[who](spark, variant, warm, workdir)
             for number, order in enumerate(_orders(config.runs), start=1):
                 for who in order:

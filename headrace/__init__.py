@@ -10,7 +10,7 @@ pipeline 'doc'
 
 from headrace import sinks, sources
 from headrace.aggregates import Agg, count, max, mean, min, sum
-from headrace.api.stream import KeyedStream, Pipeline, Stream, Table, WindowedStream
+from headrace.api.stream import KeyedStream, Pipeline, Stream, Table, WindowedStream, WindowResult
 from headrace.errors import (
     HeadraceError,
     PipelineFailed,
@@ -22,9 +22,12 @@ from headrace.errors import (
 )
 from headrace.expr import Expr, col, expr, lit
 from headrace.runtime.runner import RunResult, run
-from headrace.windows import Session, Sliding, Tumbling
+from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
+from headrace.window_functions import AggregateFunction
+from headrace.windows import Count, Global, Session, Sliding, Tumbling
 
 __all__ = [
+    "AfterDelay", "AfterWatermark", "AggregateFunction", "Count", "CountTrigger", "EveryN", "Global", "WindowResult",
     "Agg", "Expr", "HeadraceError", "KeyedStream", "Pipeline", "PipelineFailed", "PlanError", "RunResult",
     "Session", "SetupError", "SinkError", "Sliding", "SourceError", "StepFunctionError", "Stream", "Table",
     "Tumbling", "WindowedStream", "col", "count", "expr", "lit", "max", "mean", "min", "run", "sinks",

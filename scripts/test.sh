@@ -7,3 +7,7 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 echo "== ruff"; .venv/bin/ruff check headrace tests examples benchmarks
 echo "== mypy"; .venv/bin/mypy headrace
 echo "== pytest"; .venv/bin/python -m pytest -q "$@"
+shared_cases="$PWD/../shared/conformance/cases.json"
+if [ -f "$shared_cases" ]; then
+  echo "== conformance"; .venv/bin/python -m headrace.testing.conformance "$shared_cases" 2>/dev/null
+fi

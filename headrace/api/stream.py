@@ -22,6 +22,7 @@ from headrace.plan.nodes import (
     EventTimeNode,
     JoinNode,
     KeyByNode,
+    LateRecordsNode,
     NativeStep,
     Node,
     PythonStep,
@@ -35,7 +36,9 @@ from headrace.plan.nodes import (
     user_location,
 )
 from headrace.schema import Schema, is_record_class, schema_of
-from headrace.windows import WindowShape
+from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
+from headrace.window_functions import AggregateFunction
+from headrace.windows import Count, Global, WindowShape
 
 UNKNOWN = "unknown"
 NUMERIC_TYPES = ("int", "long", "float", "double")
@@ -351,9 +354,15 @@ class Stream:
                                           keyed_input.node.event_time, keys=fields))
         return KeyedStream(self.pipeline, node)
 
-    def window(self, shape: WindowShape, *, name: str | None = None) -> WindowedStream:
-        """Group the whole stream (one group) into event-time windows."""
-        return WindowedStream(self, shape, (), name, user_location())
+    def window(self, shape: WindowShape, *, trigger: Trigger | None = None, allowed_lateness: object = 0,
+               accumulation: str = "accumulating", parallelism: int = 8, name: str | None = None) -> WindowedStream:
+        """Group the whole stream (one group) into windows.
+        ``trigger`` (default: on time when the watermark passes the end),
+        ``allowed_lateness`` (late records still update a window this long after its end, each firing a
+        late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy;
+        ``parallelism`` is the number of operator instances when the window needs a stateful processor."""
+        emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
+        return WindowedStream(self, shape, (), name, user_location(), emission, parallelism)
 
     def join(self, table: Table, on: str | list[str], *, how: str = "inner", name: str | None = None) -> Stream:
         """Enrich each record with the row of a static table that has the same ``on`` fields."""
@@ -469,26 +478,44 @@ class KeyedStream(Stream):
         return self._follow(RollingAggregateNode(step, (self.node.name,), where, self.node.schema, keys=self.keys,
                                                  reduce_fn=fn))
 
-    def window(self, shape: WindowShape, *, name: str | None = None) -> WindowedStream:
-        """Group each key's records into event-time windows."""
-        return WindowedStream(self, shape, self.keys, name, user_location())
+    def window(self, shape: WindowShape, *, trigger: Trigger | None = None, allowed_lateness: object = 0,
+               accumulation: str = "accumulating", parallelism: int = 8, name: str | None = None) -> WindowedStream:
+        """Group each key's records into windows.
+        ``trigger`` (default: on time when the watermark passes the end),
+        ``allowed_lateness`` (late records still update a window this long after its end, each firing a
+        late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy;
+        ``parallelism`` is the number of operator instances when the window needs a stateful processor."""
+        emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
+        return WindowedStream(self, shape, self.keys, name, user_location(), emission, parallelism)
 
 
 class WindowedStream:
     """A keyed (or whole) stream grouped into event-time windows; aggregate it to get a stream."""
 
     def __init__(self, stream: Stream, shape: WindowShape, keys: tuple[str, ...], name: str | None,
-                 where: str) -> None:
+                 where: str, emission: Emission | None = None, parallelism: int = 8) -> None:
         if not isinstance(shape, WindowShape):
-            raise PlanError(f"window ({where}): expected hr.Tumbling, hr.Sliding or hr.Session, got {shape!r}")
+            raise PlanError(f"window ({where}): expected hr.Tumbling, hr.Sliding, hr.Session, hr.Count or "
+                            f"hr.Global, got {shape!r}")
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise PlanError(f"window ({where}): parallelism must be a positive number of instances, got "
+                            f"{parallelism!r}")
         self.stream, self.shape, self.keys, self.name, self.where = stream, shape, keys, name, where
-        if stream.node.event_time is None:
+        self.emission, self.parallelism = emission or Emission(), parallelism
+        timeless = isinstance(shape, Count) or isinstance(self.emission.trigger, CountTrigger)
+        if isinstance(shape, Count) and not self.emission.is_default():
+            raise PlanError(f"window ({where}): count windows fire every `slide` records; they take no trigger, "
+                            "allowed lateness or accumulation")
+        if isinstance(shape, Global) and not timeless and stream.node.event_time is None:
+            raise PlanError(f"window ({where}): a global window without a CountTrigger fires when the input ends, "
+                            "which needs event time: declare it, or give trigger=hr.CountTrigger(n)")
+        if stream.node.event_time is None and not timeless and not isinstance(shape, Global):
             step = name or "window"
             raise step_error(step, where, f"the stream from {stream.node.name!r} has no event time; declare it with "
                                           ".with_event_time('field', max_out_of_orderness) (or event_time= on the "
                                           "source) before windowing")
 
-    def aggregate(self, *, emit: str = "final", **aggs: Agg) -> Stream:
+    def aggregate(self, *, emit: str = "final", **aggs: Agg) -> WindowResult:
         """Aggregates per key and window; output: the keys, ``window_start``, ``window_end`` and one
         column per aggregate. ``emit="final"`` gives one row per window once the watermark passes its
         end; ``emit="updates"`` a row each micro-batch that changes the window."""
@@ -499,11 +526,82 @@ class WindowedStream:
         _check_not_aggregated(stream, step, self.where)
         checked = _check_aggs(stream, step, self.where, aggs, (*self.keys, "window_start", "window_end"))
         schema = _aggregate_schema(stream, checked, windowed=True)
-        return stream._follow(WindowAggregateNode(step, (stream.node.name,), self.where, schema, keys=self.keys,
-                                                  window=self.shape, aggs=checked, emit=emit))
+        if emit == "updates" and not self.emission.is_default():
+            raise step_error(step, self.where, "emit='updates' is Spark's update mode for default windows; with a "
+                                               "trigger, lateness or discarding panes the panes are the updates: "
+                                               "use emit='final'")
+        return self._finish(WindowAggregateNode(step, (stream.node.name,), self.where, schema, keys=self.keys,
+                                                window=self.shape, aggs=checked, emit=emit, emission=self.emission,
+                                                parallelism=self.parallelism))
 
-    def count(self, *, emit: str = "final") -> Stream:
+    def count(self, *, emit: str = "final") -> WindowResult:
         return self.aggregate(emit=emit, count=Agg("count"))
+
+    def reduce(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]) -> WindowResult:
+        """Fold each window's records with ``fn(accumulated, record) -> record``; the output has the
+        stream's fields (keys and window bounds first)."""
+        return self._function("reduce", fn, None)
+
+    def aggregate_with(self, function: AggregateFunction, *, schema: Any) -> WindowResult:
+        """A user aggregate function (``create``, ``add``, ``merge``, ``result``); ``schema`` gives the
+        fields of the dict ``result`` returns."""
+        return self._function("aggregate_function", function, schema)
+
+    def process(self, fn: Callable[..., Any], *, schema: Any) -> WindowResult:
+        """``fn(key, (start_ms, end_ms), records) -> iterable of dicts`` with every record of the pane;
+        ``schema`` gives the fields of the dicts."""
+        return self._function("process", fn, schema)
+
+    def _function(self, kind: str, fn: Any, schema: Any) -> WindowResult:
+        stream = self.stream
+        step = stream.pipeline._name(self.name, "window")
+        if kind == "aggregate_function":
+            missing = [m for m in ("create", "add", "merge", "result") if not callable(getattr(fn, m, None))]
+            if missing:
+                raise step_error(step, self.where, f"an aggregate function needs the methods create, add, merge and "
+                                                   f"result; {type(fn).__name__} lacks {', '.join(missing)}")
+        elif not callable(fn):
+            raise step_error(step, self.where, f"{kind} needs a function, got {fn!r}")
+        _check_not_aggregated(stream, step, self.where)
+        if kind == "reduce":
+            if stream.node.schema is None or UNKNOWN in dict(stream.node.schema).values():
+                raise step_error(step, self.where, "reduce needs a stream whose field types are known")
+            results = tuple((n, t) for n, t in stream.node.schema if n not in self.keys)
+        else:
+            results = schema_of(schema, f"step '{step}' ({self.where}) schema")
+        keys = tuple((k, stream._type_of(k)) for k in self.keys)
+        output = (*keys, ("window_start", "timestamp"), ("window_end", "timestamp"), ("pane_kind", "string"),
+                  ("pane_index", "long"), *results)
+        return self._finish(WindowAggregateNode(step, (stream.node.name,), self.where, output, keys=self.keys,
+                                                window=self.shape, emission=self.emission, function=kind, fn=fn,
+                                                parallelism=self.parallelism, result_schema=results))
+
+    def _finish(self, node: WindowAggregateNode) -> WindowResult:
+        return WindowResult(self.stream.pipeline, self.stream._add(node))
+
+
+class WindowResult(Stream):
+    """The output of a window step, with access to its late side output."""
+
+    def late_records(self, *, name: str | None = None) -> Stream:
+        """The records this window step dropped as too late: ``step``, ``key``, ``event_time``, the
+        ``window_start`` and ``window_end`` they missed, and the ``record``. Asking for them runs the
+        window as a stateful processor."""
+        step = self.pipeline._name(name, f"{self.node.name}_late")
+        schema = (("step", "string"), ("key", "string"), ("event_time", "timestamp"),
+                  ("window_start", "timestamp"), ("window_end", "timestamp"), ("record", "string"))
+        return self._follow(LateRecordsNode(step, (self.node.name,), user_location(), schema))
+
+
+def _emission(trigger: Any, allowed_lateness: object, accumulation: str, step: str, where: str) -> Emission:
+    if trigger is not None and not isinstance(trigger, (AfterWatermark, CountTrigger)):
+        raise step_error(step, where, f"trigger must be hr.AfterWatermark(...) or hr.CountTrigger(n), got {trigger!r}")
+    lateness = to_millis(allowed_lateness, f"step '{step}' allowed_lateness")
+    if lateness < 0:
+        raise step_error(step, where, f"allowed_lateness must not be negative, got {allowed_lateness!r}")
+    if accumulation not in ("accumulating", "discarding"):
+        raise step_error(step, where, f"accumulation must be 'accumulating' or 'discarding', got {accumulation!r}")
+    return Emission(trigger or AfterWatermark(), lateness, accumulation == "accumulating")
 
 
 def _check_not_aggregated(stream: Stream, step: str, where: str) -> None:

@@ -35,6 +35,12 @@ DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
 FLUSH_TIME_MS = 253_402_214_400_000
 
 
+def clock_control(time_ms: int) -> int:
+    """The ``_hr_ctl`` value of a control row that moves the test clock of processing-time
+    triggers to ``time_ms``: negative, so that the watermark reads it as time 0."""
+    return -(time_ms + 1)
+
+
 class Guarantee(Enum):
     """Delivery guarantees, strongest first."""
 

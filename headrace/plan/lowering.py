@@ -33,6 +33,27 @@ def python_chains(plan: Plan) -> list[list[str]]:
     return chains
 
 
+def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
+    """Why a window step cannot use Spark's native window operator (empty: it can)."""
+    reasons = []
+    kind = node.window.to_json()["kind"]
+    if kind in ("count", "global"):
+        reasons.append(f"{kind} windows")
+    if not node.emission.is_default():
+        default = type(node.emission)()
+        if node.emission.trigger != default.trigger:
+            reasons.append(f"trigger: {node.emission.trigger.describe()}")
+        if node.emission.allowed_lateness_ms:
+            reasons.append(f"allowed lateness {node.emission.allowed_lateness_ms} ms")
+        if not node.emission.accumulating:
+            reasons.append("discarding panes")
+    if node.function != "aggregates":
+        reasons.append(f"a {node.function.replace('_', ' ')}")
+    if any(c.kind == "late_records" for c in plan.consumers(node.name)):
+        reasons.append("a late side output")
+    return reasons
+
+
 def output_mode(plan: Plan) -> str:
     """Spark's output mode for the pipeline's query: ``update`` when a step emits updates."""
     updating = [n for n in plan.nodes.values()
@@ -58,12 +79,17 @@ def lowering_of(plan: Plan) -> dict[str, str]:
             "join": "native stream-static join (broadcast)",
             "union": "native union",
             "dead_letters": "native filter of the source's dead-letter columns",
+            "late_records": "the window processor's late side output",
             "sink": "sink",
         }.get(node.kind, node.kind)
         if isinstance(node, WindowAggregateNode):
+            reasons = window_needs_processor(plan, node)
             operator = "session_window" if node.window.to_json()["kind"] == "session" else "window"
             mode = "append" if node.emit == "final" else "update"
-            described[node.name] = f"native Spark {operator} aggregate, {mode} mode"
+            described[node.name] = (
+                f"stateful processor (transformWithStateInPandas, {node.parallelism} instances, event-time timers) "
+                f"because of {', '.join(reasons)}" if reasons else
+                f"native Spark {operator} aggregate, {mode} mode (its semantics match Spark's operator)")
         if isinstance(node, SinkNode):
             writer = node.connector.native_format if len(plan.sinks()) == 1 else None
             described[node.name] = (f"Spark's own {writer} streaming sink" if writer

@@ -18,6 +18,7 @@ from headrace.aggregates import Agg
 from headrace.connectors.base import SinkConnector, SourceConnector
 from headrace.expr import Expr
 from headrace.schema import Schema
+from headrace.triggers import Emission
 from headrace.windows import WindowShape
 
 
@@ -172,13 +173,40 @@ class WindowAggregateNode(Node):
     window: WindowShape = field(default=None, compare=False)  # type: ignore[assignment]
     aggs: tuple[tuple[str, Agg], ...] = ()
     emit: str = "final"
+    emission: Emission = field(default_factory=Emission)
+    function: str = "aggregates"  # aggregates, reduce, aggregate_function or process
+    fn: Any = field(default=None, compare=False)
+    parallelism: int = 8
+    result_schema: Schema | None = None  # the output fields of a reduce, aggregate or process function
 
     def params(self) -> dict[str, Any]:
-        return {"window": self.window.to_json(), "aggs": {n: a.to_json() for n, a in self.aggs}, "emit": self.emit}
+        return {"window": self.window.to_json(), "aggs": {n: a.to_json() for n, a in self.aggs}, "emit": self.emit,
+                "emission": self.emission.to_json(), "function": self.function,
+                "fn": function_label(self.fn) if callable(self.fn) else type(self.fn).__name__ if self.fn else None,
+                "parallelism": self.parallelism}
 
     def summary(self) -> str:
-        aggs = ", ".join(f"{n}={a!r}" for n, a in self.aggs)
-        return f"window {self.window}: {aggs} (emit {self.emit})"
+        if self.function == "aggregates":
+            what = ", ".join(f"{n}={a!r}" for n, a in self.aggs)
+        else:
+            what = f"{self.function} {self.params()['fn']}"
+        policy = "" if self.emission.is_default() else f", {self.emission.trigger.describe()}"
+        if self.emission.allowed_lateness_ms:
+            policy += f", allowed lateness {self.emission.allowed_lateness_ms} ms"
+        if not self.emission.accumulating:
+            policy += ", discarding"
+        return f"window {self.window}: {what} (emit {self.emit}{policy})"
+
+
+@dataclass(frozen=True)
+class LateRecordsNode(Node):
+    """The late side output of a window step: records dropped as too late, with the step
+    and the window they missed."""
+
+    kind: ClassVar[str] = "late_records"
+
+    def summary(self) -> str:
+        return f"late records of {self.inputs[0]}"
 
 
 @dataclass(frozen=True)
@@ -232,6 +260,6 @@ def user_location() -> str:
 
     package_dir = headrace.__path__[0]
     for frame in inspect.stack()[1:]:
-        if not frame.filename.startswith(package_dir):
+        if not frame.filename.startswith((package_dir, "<")):
             return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
     return "<headrace>"

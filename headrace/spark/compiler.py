@@ -21,11 +21,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from headrace.aggregates import Agg
 from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext
 from headrace.plan.graph import Plan
-from headrace.plan.lowering import output_mode, python_chains
+from headrace.plan.lowering import output_mode, python_chains, window_needs_processor
 from headrace.plan.nodes import (
     DeadLettersNode,
     EventTimeNode,
     JoinNode,
+    LateRecordsNode,
     NativeStep,
     Node,
     PythonStep,
@@ -41,6 +42,7 @@ from headrace.schema import to_ddl
 from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec, arrow_schema
 from headrace.spark.rolling import reduce_per_key
+from headrace.spark.windows import lower_window_processor, window_late_records, window_panes
 
 Handler = Callable[[Any, "Lowering"], DataFrame]
 HANDLERS: dict[str, Handler] = {}
@@ -60,6 +62,7 @@ class Compiled:
     sink_frames: dict[str, DataFrame]
     output_mode: str
     dead_letter_metrics: list[str] = field(default_factory=list)
+    lowering: Any = None
 
 
 class Lowering:
@@ -70,8 +73,17 @@ class Lowering:
         self.frames: dict[str, DataFrame] = {}
         self.watermarked: dict[str, DataFrame] = {}
         self.raw_sources: dict[str, DataFrame] = {}
+        self.raw_windows: dict[str, DataFrame] = {}  # a window processor's output: panes and late records
         self.chains = {chain[-1]: chain for chain in python_chains(plan)}
         self.dead_letter_metrics: list[str] = []
+
+    def seed(self, name: str, df: DataFrame) -> None:
+        """Start from ``df`` as the output of step ``name`` (a micro-batch, inside foreachBatch)."""
+        node = self.plan.nodes[name]
+        if isinstance(node, WindowAggregateNode) and window_needs_processor(self.plan, node):
+            self.raw_windows[name] = df
+            df = window_panes(df)
+        self.frames[name] = df
 
     def frame(self, name: str) -> DataFrame:
         if name not in self.frames:
@@ -163,7 +175,7 @@ def compile_plan(plan: Plan, spark: SparkSession, run_dir: str) -> Compiled:
     plan.validate()
     lowering = Lowering(plan, spark, run_dir)
     frames = {sink.name: lowering.frame(sink.name) for sink in plan.sinks()}
-    return Compiled(frames, output_mode(plan), lowering.dead_letter_metrics)
+    return Compiled(frames, output_mode(plan), lowering.dead_letter_metrics, lowering)
 
 
 # -- control rows ----------------------------------------------------------------------------
@@ -275,7 +287,8 @@ def with_watermark(df: DataFrame, field_name: str, delay_ms: int) -> DataFrame:
     """Declare the watermark on ``field_name``; control rows set their event time here."""
     current = F.col(f"`{field_name}`")
     if CONTROL_COLUMN in df.columns:
-        control_time = F.timestamp_millis(F.col(CONTROL_COLUMN) + F.lit(delay_ms))
+        # a clock control row (negative) must not move the watermark: it counts as time 0
+        control_time = F.timestamp_millis(F.greatest(F.col(CONTROL_COLUMN), F.lit(0)) + F.lit(delay_ms))
         current = F.when(F.col(CONTROL_COLUMN).isNotNull(), control_time).otherwise(current)
         df = df.withColumn(field_name, current)
     return df.withWatermark(field_name, f"{delay_ms} milliseconds")
@@ -320,6 +333,10 @@ def lower_rolling(node: RollingAggregateNode, lowering: Lowering) -> DataFrame:
 
 @handles("window_aggregate")
 def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
+    if window_needs_processor(lowering.plan, node):
+        raw = lower_window_processor(node, lowering.input(node), lowering.plan)
+        lowering.raw_windows[node.name] = raw
+        return window_panes(raw)
     df = without_control(lowering.input(node))
     shape = node.window.to_json()
     event_time = F.col(f"`{node.event_time or lowering.plan.nodes[node.inputs[0]].event_time}`")
@@ -335,6 +352,12 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
                           F.col("_hr_window.start").alias("window_start"),
                           F.col("_hr_window.end").alias("window_end"),
                           *[F.col(f"`{name}`") for name, _ in node.aggs])
+
+
+@handles("late_records")
+def lower_late_records(node: LateRecordsNode, lowering: Lowering) -> DataFrame:
+    lowering.frame(node.inputs[0])
+    return window_late_records(lowering.raw_windows[node.inputs[0]])
 
 
 @handles("join")

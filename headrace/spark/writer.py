@@ -31,9 +31,12 @@ def start_query(plan: Plan, compiled: Any, checkpoint: str, run_dir: str, trigge
     frames: dict[str, DataFrame] = compiled.sink_frames
     inputs = {sink.inputs[0] for sink in sinks}
     frames = {sink.name: frames[sink.name] for sink in sinks}
-    if len(inputs) == 1:
+    root = shared_root(plan)
+    if len(inputs) == 1 and not (root and root in compiled.lowering.raw_windows):
         stream = frames[sinks[0].name]
         dispatch = _same_stream(sinks)
+    elif root is not None:
+        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir)
     else:
         stream, dispatch = _tagged(sinks, frames)
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
@@ -76,6 +79,51 @@ def _same_stream(sinks: list[SinkNode]) -> Any:
             if len(sinks) > 1:
                 df.unpersist()
     return dispatch
+
+
+# Steps that work the same on a micro-batch's DataFrame as on the stream: a branch made of them
+# can run inside foreachBatch.
+_PER_BATCH_KINDS = ("native", "python", "key_by", "join", "late_records", "sink")
+
+
+def _path_up(plan: Plan, sink: SinkNode) -> list[str]:
+    """From a sink upwards while the steps can run per batch; ends with the first that cannot."""
+    path, name = [], sink.inputs[0]
+    while True:
+        path.append(name)
+        node = plan.nodes[name]
+        if node.kind not in _PER_BATCH_KINDS or not node.inputs:
+            return path
+        name = node.inputs[0]
+
+
+def shared_root(plan: Plan) -> str | None:
+    """The lowest step every sink descends from through per-batch steps only, if any: the query
+    runs up to it, and each sink's branch runs on the micro-batch inside foreachBatch. So a
+    stateful step that feeds several sinks (a window and its late records) runs once."""
+    paths = [_path_up(plan, sink) for sink in plan.sinks()]
+    for candidate in paths[0]:
+        if all(candidate in path for path in paths[1:]):
+            return candidate
+    return None
+
+
+def _from_root(plan: Plan, compiled: Any, root: str, sinks: list[SinkNode], run_dir: str) -> tuple[DataFrame, Any]:
+    from headrace.spark.compiler import Lowering
+
+    lowering = compiled.lowering
+    stream = lowering.raw_windows.get(root) or lowering.frame(root)
+
+    def dispatch(df: DataFrame, batch_id: int) -> None:
+        df = df.persist()
+        try:
+            per_batch = Lowering(plan, df.sparkSession, run_dir)
+            per_batch.seed(root, df)
+            for sink in sinks:
+                _write(sink, per_batch.frame(sink.name), batch_id)
+        finally:
+            df.unpersist()
+    return stream, dispatch
 
 
 def _tagged(sinks: list[SinkNode], frames: dict[str, DataFrame]) -> tuple[DataFrame, Any]:

@@ -32,12 +32,20 @@ from headrace.connectors.base import (
     SinkConnector,
     SourceConnector,
     SourceContext,
+    clock_control,
     mark_exhausted,
 )
 from headrace.errors import PlanError
 from headrace.schema import Schema, schema_of
 
-__all__ = ["TestSource", "TestSink", "Watermark", "run_to_completion"]
+__all__ = ["ProcessingTime", "TestSource", "TestSink", "Watermark", "run_to_completion"]
+
+
+@dataclass(frozen=True)
+class ProcessingTime:
+    """A marker: move the test clock that processing-time triggers read to ``time`` (ms)."""
+
+    time: int
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,7 @@ class TestSource(SourceConnector):
         self.steps: list[list[dict[str, Any]] | Watermark] = []
         names = dict(self._schema)
         for number, batch in enumerate(batches):
-            if isinstance(batch, Watermark):
+            if isinstance(batch, (Watermark, ProcessingTime)):
                 self.steps.append(batch)
                 continue
             if isinstance(batch, dict) or not isinstance(batch, Sequence):
@@ -196,6 +204,8 @@ class _TestReader(DataSourceStreamReader):
         step = data["steps"][partition.value]
         if isinstance(step, Watermark):
             rows = [{CONTROL_COLUMN: step.millis()}]
+        elif isinstance(step, ProcessingTime):
+            rows = [{CONTROL_COLUMN: clock_control(step.time)}]
         else:
             rows = step
         yield pa.RecordBatch.from_pylist(rows, schema=schema)

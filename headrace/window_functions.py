@@ -1,0 +1,138 @@
+"""What a window computes from its records: built-in aggregates, a reduce function, an
+aggregate function (create, add, merge, result), or a process-window function that sees
+all the window's records and its bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from headrace.aggregates import Agg
+from headrace.window_state import WindowFunction
+
+
+class AggregateFunction:
+    """Base for user aggregate functions: subclass and implement the four methods.
+
+    ``merge`` is used when session windows merge; ``result`` returns the output record (a dict).
+    """
+
+    def create(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, accumulator: Any, record: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def result(self, accumulator: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class BuiltinAggregates(WindowFunction):
+    """count, sum, min, max and mean over columns; the accumulator is one list per aggregate."""
+
+    def __init__(self, aggs: tuple[tuple[str, Agg], ...]) -> None:
+        self.aggs = aggs
+
+    def create(self) -> list[Any]:
+        return [[0, 0] if agg.func in ("count", "mean") else None for _, agg in self.aggs]
+
+    def add(self, acc: list[Any], record: dict[str, Any]) -> list[Any]:
+        for i, (_, agg) in enumerate(self.aggs):
+            value = record.get(agg.column) if agg.column else 1
+            if value is None:
+                continue
+            if agg.func == "count":
+                acc[i][0] += 1
+            elif agg.func == "mean":
+                acc[i] = [acc[i][0] + value, acc[i][1] + 1]
+            elif acc[i] is None:
+                acc[i] = value
+            elif agg.func == "sum":
+                acc[i] += value
+            elif agg.func == "min":
+                acc[i] = min(acc[i], value)
+            elif agg.func == "max":
+                acc[i] = max(acc[i], value)
+        return acc
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        merged = []
+        for (_, agg), x, y in zip(self.aggs, a, b):
+            if agg.func in ("count", "mean"):
+                merged.append([x[0] + y[0], x[1] + y[1]])
+            elif x is None or y is None:
+                merged.append(y if x is None else x)
+            else:
+                merged.append({"sum": x + y, "min": min(x, y), "max": max(x, y)}[agg.func])
+        return merged
+
+    def result(self, acc: list[Any], key: Any, window: Any) -> list[dict[str, Any]]:
+        out: dict[str, Any] = {}
+        for (name, agg), value in zip(self.aggs, acc):
+            if agg.func == "count":
+                out[name] = value[0]
+            elif agg.func == "mean":
+                out[name] = value[0] / value[1] if value[1] else None
+            else:
+                out[name] = value
+        return [out]
+
+
+class ReduceWindow(WindowFunction):
+    """Flink's reduce: ``fn(accumulated, record) -> record``."""
+
+    def __init__(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], fields: list[str]) -> None:
+        self.fn, self.fields = fn, fields
+
+    def create(self) -> Any:
+        return None
+
+    def add(self, acc: Any, record: dict[str, Any]) -> Any:
+        record = {f: record.get(f) for f in self.fields}
+        return record if acc is None else {f: v for f, v in self.fn(dict(acc), record).items() if f in self.fields}
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return b if a is None else a if b is None else self.add(a, b)
+
+    def result(self, acc: Any, key: Any, window: Any) -> list[dict[str, Any]]:
+        return [] if acc is None else [acc]
+
+
+class UserAggregate(WindowFunction):
+    def __init__(self, function: AggregateFunction) -> None:
+        self.function = function
+
+    def create(self) -> Any:
+        return self.function.create()
+
+    def add(self, acc: Any, record: dict[str, Any]) -> Any:
+        return self.function.add(acc, record)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return self.function.merge(a, b)
+
+    def result(self, acc: Any, key: Any, window: Any) -> list[dict[str, Any]]:
+        return [self.function.result(acc)]
+
+
+class ProcessWindow(WindowFunction):
+    """``fn(key, (start, end), records) -> iterable of dicts``, given every record of the pane."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def create(self) -> list[dict[str, Any]]:
+        return []
+
+    def add(self, acc: list[dict[str, Any]], record: dict[str, Any]) -> list[dict[str, Any]]:
+        acc.append(record)
+        return acc
+
+    def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return a + b
+
+    def result(self, acc: list[dict[str, Any]], key: Any, window: Any) -> list[dict[str, Any]]:
+        return list(self.fn(key, window, list(acc)))

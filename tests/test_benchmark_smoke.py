@@ -1,0 +1,33 @@
+"""The YSB benchmark runs end to end (``benchmarks/ysb.py --quick``) and ends with its ratio line.
+
+This checks that the benchmark works, not that headrace meets its performance targets: on
+small data and a shared machine the figures mean little (docs/performance.md has the real ones).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "ysb.py"
+
+
+def load_benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ysb_benchmark", BENCHMARK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_quick_benchmark_ends_with_the_ratio_line(spark, capsys):
+    ysb = load_benchmark()
+    assert ysb.main(["--quick"]) == 0  # uses the session of the `spark` fixture: get_session() returns it
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"ysb ratio native=\d+\.\d\d python=\d+\.\d\d", lines[-1]), lines[-1]
+    assert any(line.startswith("native (events/s)") for line in lines)
+    assert any(line.startswith("p99 (ms)") for line in lines)
