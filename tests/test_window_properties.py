@@ -1,0 +1,73 @@
+"""Property tests: window assignment and session merging against brute-force models."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from headrace.windows import Sliding, Tumbling, merge_sessions
+
+times = st.integers(min_value=0, max_value=10**7)
+
+
+@given(t=times, size=st.integers(1, 10**5), offset=st.integers(0, 10**5))
+def test_tumbling_window_is_the_one_containing_t(t, size, offset):
+    [(start, end)] = Tumbling(size, offset).assign(t)
+    assert start <= t < end and end - start == size
+    assert (start - offset) % size == 0
+
+
+@given(t=times, slide=st.integers(1, 2000), factor=st.integers(1, 6), offset=st.integers(0, 5000))
+def test_sliding_windows_match_brute_force(t, slide, factor, offset):
+    size = slide * factor
+    offset %= slide
+    brute = [(s, s + size) for s in range(t - size - slide, t + slide + 1)
+             if (s - offset) % slide == 0 and s <= t < s + size]
+    assert Sliding(size, slide, offset).assign(t) == sorted(brute)
+
+
+def _brute_merge(windows: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Repeatedly merge any two windows that overlap or touch, until none do."""
+    current = set(windows)
+    changed = True
+    while changed:
+        changed = False
+        for a in list(current):
+            for b in list(current):
+                if a != b and a[0] <= b[1] and b[0] <= a[1]:
+                    current -= {a, b}
+                    current.add((min(a[0], b[0]), max(a[1], b[1])))
+                    changed = True
+                    break
+            if changed:
+                break
+    return current
+
+
+@given(starts=st.lists(times, max_size=30), gap=st.integers(1, 10**5))
+def test_session_merging_matches_brute_force(starts, gap):
+    windows = [(t, t + gap) for t in starts]
+    merged = merge_sessions(windows)
+    assert set(merged) == _brute_merge(windows)
+    assert merged == sorted(merged)
+    for t in starts:  # every record lies in exactly one session
+        assert sum(s <= t < e for s, e in merged) == 1
+
+
+@given(order=st.permutations(list(range(12))), gap=st.integers(1, 5))
+def test_session_merging_ignores_arrival_order(order, gap):
+    """The window operator merges sessions record by record; the result must not depend on order."""
+    from headrace.aggregates import Agg
+    from headrace.triggers import Emission
+    from headrace.window_functions import BuiltinAggregates
+    from headrace.window_state import WindowLogic, WindowState
+    from headrace.windows import Session
+
+    times_ms = [t * 3 for t in order]
+    logic = WindowLogic(Session(gap), Emission(), BuiltinAggregates((("n", Agg("count")),)))
+    state = WindowState()
+    logic.process(state, [("k", t, {"v": t}) for t in times_ms], float("-inf"), [], [])
+    expected = merge_sessions([(t, t + gap) for t in times_ms])
+    assert sorted((s, e) for _, s, e in state.panes) == expected
+    counts = {(s, e): logic.function.result(p.total, "k", None)[0]["n"] for (_, s, e), p in state.panes.items()}
+    assert sum(counts.values()) == len(times_ms)
