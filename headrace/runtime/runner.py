@@ -72,9 +72,14 @@ class PipelineRun:
         for leftover in ("stop", "exhausted"):
             path = Path(self.run_dir) / leftover
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        self.compiled = compile_plan(self.plan, spark, self.run_dir)
-        self.started_at = time.time()
-        self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir, self.trigger_interval)
+        try:
+            self.compiled = compile_plan(self.plan, spark, self.run_dir)
+            self.started_at = time.time()
+            self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir, self.trigger_interval)
+        except HeadraceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Spark refused the query: say so in one line
+            raise translate_failure(self.plan.name, exc) from None
         return self
 
     def request_stop(self, reason: str = "stop requested") -> None:
