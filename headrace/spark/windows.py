@@ -65,6 +65,8 @@ class WindowProcessor(StatefulProcessor):
 
     def _store(self, state: WindowState, watermark: float) -> None:
         self.cell.update((pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),))
+        if self.event_time is None:
+            return  # no event time: count windows and count triggers need no timer
         upcoming = self.logic.next_event_time(state)
         if upcoming is None and state.panes:
             upcoming = FLUSH_TIME_MS  # a global window: it fires at the end of a bounded input
