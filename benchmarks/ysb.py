@@ -16,11 +16,11 @@ deterministic ``Generator`` Python data source and write to the same kind of sin
   windows at the end of a bounded input, so the flush batch is left out). Two variants:
   filter and projection as column expressions (``native``), and as Python functions
   (``python``: one fused Arrow stage in headrace, ``pyspark.sql.functions.udf`` by hand).
-  After a warm-up run of each, ``--runs`` runs of each alternate (hand-written first,
-  then headrace first, ...); the table shows each pipeline's median and the median of
-  the ratios of the runs made one after the other. Events per CPU-second (Spark's JVM,
-  its Python workers and this process) are shown too: other programs on the machine
-  slow a run down without changing the CPU it needs.
+  After warm-up runs, 5 (native) and 3 (python) runs of each pipeline alternate
+  (hand-written first, then headrace first, ...); the table shows each pipeline's median
+  and the median of the ratios of the runs made one after the other. Events per
+  CPU-second (Spark's JVM, its Python workers and this process) are shown too: other
+  programs on the machine slow a run down without changing the CPU it needs.
 * **Latency** at ``--rate`` events/s of wall clock: 250 ms tumbling windows, no
   out-of-orderness allowed, a ``foreachBatch`` sink that collects each batch on the
   driver and notes when each window's result arrived. A window's latency is its arrival
@@ -67,11 +67,12 @@ SOURCE_NAME = "ad_events"  # the headrace pipeline's source step name; the hand-
 
 @dataclass(frozen=True)
 class Config:
-    events: int = 6_000_000
+    events: int = 12_000_000
     rows_per_batch: int = 2_000_000
-    runs: int = 5
+    runs: int = 5  # throughput runs of each pipeline, native variant
+    python_runs: int = 3  # and python variant (slower: fewer)
     rate: int = 50_000
-    latency_seconds: float = 24.0
+    latency_seconds: float = 20.0
     latency_runs: int = 4
     warmup_seconds: float = 4.0
     window: str = "10s"
@@ -82,8 +83,8 @@ class Config:
     latency: bool = True
 
 
-QUICK = Config(events=300_000, rows_per_batch=150_000, runs=1, latency_seconds=8.0, latency_runs=1,
-               warmup_seconds=2.0)
+QUICK = Config(events=300_000, rows_per_batch=150_000, runs=1, python_runs=1, latency_seconds=8.0,
+               latency_runs=1, warmup_seconds=2.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -359,16 +360,19 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
     try:
         out(f"YSB: headrace against hand-written PySpark, Spark {spark.version} {spark.sparkContext.master}, "
             f"shuffle partitions {spark.conf.get('spark.sql.shuffle.partitions')}, {os.cpu_count()} cores")
-        # Warm-up runs (not measured): Python workers, the generator's string pools, the JIT.
-        warm = replace(config, events=min(200_000, config.events // 10 + 2),
-                       rows_per_batch=min(100_000, config.events // 20 + 1))
+        # Warm-up runs, not measured: Python workers, the generator's string pools, and (a full-size
+        # native run of each) the JIT; without it the first measured run is the slowest.
+        small = replace(config, events=min(200_000, config.events // 10 + 2),
+                        rows_per_batch=min(100_000, config.events // 20 + 1))
+        warm_ups = {"native": config, "python": small}
         if config.throughput:
             out(f"throughput: {config.events:,} events, micro-batches of {config.rows_per_batch:,}, noop sink, "
-                f"{config.runs} run(s) each, alternating")
+                f"{config.runs} (native) and {config.python_runs} (python) runs of each, alternating")
         for variant in VARIANTS if config.throughput else ():
             for who in PIPELINES:
-                throughput_runs[who](spark, variant, warm, workdir)
-            for number, order in enumerate(_orders(config.runs), start=1):
+                throughput_runs[who](spark, variant, warm_ups[variant], workdir)
+            runs = config.runs if variant == "native" else config.python_runs
+            for number, order in enumerate(_orders(runs), start=1):
                 for who in order:
                     cpu = clock.seconds()
                     t = throughput_runs[who](spark, variant, config, workdir)
@@ -383,7 +387,10 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
                 f"windows ending in the first {config.warmup_seconds:.0f} s left out")
             if not config.throughput:
                 for who in PIPELINES:
-                    throughput_runs[who](spark, "native", warm, workdir)
+                    throughput_runs[who](spark, "native", small, workdir)
+            # A short run of each first, not measured: the first latency run is otherwise the slowest.
+            for who in PIPELINES:
+                latency_runs[who](spark, replace(config, latency_seconds=min(8.0, config.latency_seconds / 2)), workdir)
         for number, order in enumerate(_orders(config.latency_runs if config.latency else 0), start=1):
             for who in order:
                 lat = latency_runs[who](spark, config, workdir)
@@ -438,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a fast smoke run on small data")
     parser.add_argument("--events", type=int, help="events per throughput run")
     parser.add_argument("--rows-per-batch", type=int, help="events per micro-batch in throughput runs")
-    parser.add_argument("--runs", type=int, help="throughput runs per pipeline and variant (median reported)")
+    parser.add_argument("--runs", type=int, help="throughput runs of each pipeline, each variant (median reported)")
     parser.add_argument("--latency-seconds", type=float, help="seconds per latency run")
     parser.add_argument("--latency-runs", type=int, help="latency runs per pipeline")
     parser.add_argument("--rate", type=int, help="events/s in the latency runs")
@@ -447,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     config = QUICK if args.quick else Config()
     overrides = {name: getattr(args, name) for name in ("events", "rows_per_batch", "runs", "latency_seconds",
                                                          "latency_runs", "rate") if getattr(args, name) is not None}
+    if args.runs is not None:
+        overrides["python_runs"] = args.runs
     config = replace(config, **overrides)
     if args.only:
         config = replace(config, throughput=args.only == "throughput", latency=args.only == "latency")
