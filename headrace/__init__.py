@@ -21,13 +21,16 @@ from headrace.errors import (
     StepFunctionError,
 )
 from headrace.expr import Expr, col, expr, lit
+from headrace.keyed_state import ListState, MapState, ValueState
+from headrace.process import Context, KeyedProcessFunction, Timer
 from headrace.runtime.runner import RunResult, run
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
 from headrace.window_functions import AggregateFunction
 from headrace.windows import Count, Global, Session, Sliding, Tumbling
 
 __all__ = [
-    "AfterDelay", "AfterWatermark", "AggregateFunction", "Count", "CountTrigger", "EveryN", "Global", "WindowResult",
+    "AfterDelay", "AfterWatermark", "AggregateFunction", "Context", "Count", "CountTrigger", "EveryN", "Global",
+    "KeyedProcessFunction", "ListState", "MapState", "Timer", "ValueState", "WindowResult",
     "Agg", "Expr", "HeadraceError", "KeyedStream", "Pipeline", "PipelineFailed", "PlanError", "RunResult",
     "Session", "SetupError", "SinkError", "Sliding", "SourceError", "StepFunctionError", "Stream", "Table",
     "Tumbling", "WindowedStream", "col", "count", "expr", "lit", "max", "mean", "min", "run", "sinks",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class HeadraceError(Exception):
     """Base of every error headrace raises on purpose."""
@@ -29,3 +31,18 @@ class SinkError(HeadraceError):
 
 class PipelineFailed(HeadraceError):
     """The Spark query behind a pipeline stopped with an error headrace did not raise itself."""
+
+
+_RAISED = re.compile(r"headrace\.errors\.(StepFunctionError|SourceError|SinkError): (.*)")
+
+
+def raised_inside(text: str, only: tuple[str, ...] = ("StepFunctionError", "SourceError", "SinkError")
+                  ) -> HeadraceError | None:
+    """The first headrace error of a kind in ``only`` that a Spark failure's text carries
+    (a Python worker's traceback, wrapped by Spark)."""
+    kinds: dict[str, type[HeadraceError]] = {"StepFunctionError": StepFunctionError, "SourceError": SourceError,
+                                             "SinkError": SinkError}
+    for match in _RAISED.finditer(text):
+        if match.group(1) in only:
+            return kinds[match.group(1)](match.group(2).strip())
+    return None

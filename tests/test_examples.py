@@ -42,3 +42,15 @@ def test_readme_tour_runs_as_written(spark, tmp_path, monkeypatch, capsys):
     assert "pipeline 'word_counts'" in printed
     assert "fused Python stage #1" in printed
     assert "--- batch" in printed and "window_start" in printed
+
+
+def test_fraud_alerts_prints_what_docs_process_md_shows(spark, capsys):
+    """examples/fraud_alerts.py, run as a script, prints the output docs/process.md shows."""
+    import runpy
+
+    root = Path(__file__).resolve().parents[1]
+    runpy.run_path(str(root / "examples" / "fraud_alerts.py"), run_name="__main__")
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("card ")]
+    doc = (root / "docs" / "process.md").read_text()
+    shown = doc.split("prints:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    assert printed == shown == ["card 4711: 0.50 then 900.00 (alert 1)", "card 4711: 0.25 then 650.00 (alert 2)"]

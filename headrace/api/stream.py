@@ -22,6 +22,7 @@ from headrace.plan.nodes import (
     EventTimeNode,
     JoinNode,
     KeyByNode,
+    KeyedProcessNode,
     LateRecordsNode,
     NativeStep,
     Node,
@@ -35,6 +36,7 @@ from headrace.plan.nodes import (
     function_label,
     user_location,
 )
+from headrace.process import KeyedProcessFunction, check_process_function
 from headrace.schema import Schema, is_record_class, schema_of
 from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
 from headrace.window_functions import AggregateFunction
@@ -478,6 +480,23 @@ class KeyedStream(Stream):
         return self._follow(RollingAggregateNode(step, (self.node.name,), where, self.node.schema, keys=self.keys,
                                                  reduce_fn=fn))
 
+    def process(self, fn: KeyedProcessFunction, *, schema: Any, parallelism: int = 8,
+                name: str | None = None) -> Stream:
+        """Run ``fn``, a :class:`~headrace.KeyedProcessFunction` instance, on each key's records, with
+        the state it declares and the timers it registers; ``schema`` gives the fields of the
+        records it emits. ``parallelism`` is the number of operator instances."""
+        step = self.pipeline._name(name, "process")
+        where = user_location()
+        check_process_function(fn, step, where)
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise step_error(step, where, f"parallelism must be a positive number of instances, got {parallelism!r}")
+        if schema is None:
+            raise step_error(step, where, "give the fields of the records the function emits: schema={'field': "
+                                          "'type', ...}, a DDL string, a dataclass or a TypedDict")
+        _check_not_aggregated(self, step, where)
+        output = schema_of(schema, f"step '{step}' ({where}) schema")
+        return self._follow(KeyedProcessNode(step, (self.node.name,), where, output, fn=fn, parallelism=parallelism))
+
     def window(self, shape: WindowShape, *, trigger: Trigger | None = None, allowed_lateness: object = 0,
                accumulation: str = "accumulating", parallelism: int = 8, name: str | None = None) -> WindowedStream:
         """Group each key's records into windows.
@@ -610,6 +629,10 @@ def _check_not_aggregated(stream: Stream, step: str, where: str) -> None:
     plan = stream.pipeline.plan
     for name in (stream.node.name, *plan.upstream(stream.node.name)):
         node = plan.nodes[name]
+        if isinstance(node, KeyedProcessNode):
+            raise step_error(step, where, f"the stream comes from the process step {name!r} ({node.defined_at}); a "
+                                          "pipeline runs as one Spark query, and a process step's output cannot "
+                                          "feed another stateful step: sink it and continue in another pipeline")
         if isinstance(node, (RollingAggregateNode, WindowAggregateNode)):
             raise step_error(step, where, f"the stream it aggregates comes from the aggregate step {name!r} "
                                           f"({node.defined_at}); a pipeline runs as one Spark query, which cannot "

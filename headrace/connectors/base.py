@@ -73,6 +73,7 @@ class SourceConnector:
 
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     emits_dead_letters: bool = False
+    test_clock: bool = False  # processing time is the test kit's clock, moved by control rows
 
     @property
     def bounded(self) -> bool:

@@ -7,7 +7,15 @@ from typing import Any
 
 from headrace.connectors.base import Guarantee
 from headrace.errors import PlanError
-from headrace.plan.nodes import Node, RollingAggregateNode, SinkNode, SourceNode, TableNode, WindowAggregateNode
+from headrace.plan.nodes import (
+    KeyedProcessNode,
+    Node,
+    RollingAggregateNode,
+    SinkNode,
+    SourceNode,
+    TableNode,
+    WindowAggregateNode,
+)
 
 
 def step_error(node_name: str, defined_at: str, message: str) -> PlanError:
@@ -86,15 +94,18 @@ class Plan:
 
     def _check_stateful_steps(self) -> None:
         """The pipeline is one Spark query: one output mode, and a reduce cannot share it."""
-        stateful = [n for n in self.nodes.values() if isinstance(n, (RollingAggregateNode, WindowAggregateNode))]
-        final = [n for n in stateful if isinstance(n, WindowAggregateNode) and n.emit == "final"]
+        stateful = [n for n in self.nodes.values()
+                    if isinstance(n, (RollingAggregateNode, WindowAggregateNode, KeyedProcessNode))]
+        final = [n for n in stateful if isinstance(n, KeyedProcessNode) or (
+            isinstance(n, WindowAggregateNode) and n.emit == "final")]
         updating = [n for n in stateful if not any(n is f for f in final)]
         if final and updating:
             window, other = final[0], updating[0]
+            what = "a process step" if isinstance(window, KeyedProcessNode) else "a window with emit='final'"
             raise step_error(window.name, window.defined_at,
-                             f"a window with emit='final' cannot share pipeline {self.name!r} with step "
+                             f"{what} cannot share pipeline {self.name!r} with step "
                              f"{other.name!r} ({other.defined_at}), which emits updates: the pipeline runs as one "
-                             "Spark query with one output mode; use emit='updates' or a pipeline for each")
+                             "Spark query with one output mode; use emit='updates' on windows, or a pipeline for each")
         reduces = [n for n in stateful if isinstance(n, RollingAggregateNode) and n.reduce_fn is not None]
         if reduces and len(stateful) > 1:
             reduce = reduces[0]

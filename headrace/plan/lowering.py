@@ -6,7 +6,14 @@ The compiler and ``explain`` share these decisions, so what explain prints is wh
 from __future__ import annotations
 
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import KeyByNode, PythonStep, RollingAggregateNode, SinkNode, WindowAggregateNode
+from headrace.plan.nodes import (
+    KeyByNode,
+    KeyedProcessNode,
+    PythonStep,
+    RollingAggregateNode,
+    SinkNode,
+    WindowAggregateNode,
+)
 
 
 def python_chains(plan: Plan) -> list[list[str]]:
@@ -90,6 +97,11 @@ def lowering_of(plan: Plan) -> dict[str, str]:
                 f"stateful processor (transformWithStateInPandas, {node.parallelism} instances, event-time timers) "
                 f"because of {', '.join(reasons)}" if reasons else
                 f"native Spark {operator} aggregate, {mode} mode (its semantics match Spark's operator)")
+        if isinstance(node, KeyedProcessNode):
+            timers = ("event-time timers of Spark wake each instance" if plan.nodes[node.inputs[0]].event_time
+                      else "no event time: timers are checked when an instance runs")
+            described[node.name] = (f"stateful processor (transformWithStateInPandas, {node.parallelism} instances, "
+                                    f"{timers})")
         if isinstance(node, SinkNode):
             writer = node.connector.native_format if len(plan.sinks()) == 1 else None
             described[node.name] = (f"Spark's own {writer} streaming sink" if writer

@@ -210,6 +210,27 @@ class LateRecordsNode(Node):
 
 
 @dataclass(frozen=True)
+class KeyedProcessNode(Node):
+    """User code with declared per-key state and timers (a ``KeyedProcessFunction``); its
+    output has the declared ``schema``."""
+
+    kind: ClassVar[str] = "keyed_process"
+    fn: Any = field(default=None, compare=False)
+    parallelism: int = 8
+
+    def params(self) -> dict[str, Any]:
+        from headrace.process import declared_state
+
+        states = declared_state(type(self.fn))
+        return {"fn": type(self.fn).__name__, "state": {n: s.describe() for n, s in states.items()},
+                "parallelism": self.parallelism}
+
+    def summary(self) -> str:
+        states = ", ".join(f"{n} ({s})" for n, s in self.params()["state"].items()) or "no state"
+        return f"process {function_label(type(self.fn).process)}: {states}"
+
+
+@dataclass(frozen=True)
 class JoinNode(Node):
     """A stream joined with a static table (inputs: the stream, then the table)."""
 

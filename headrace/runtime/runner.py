@@ -4,7 +4,6 @@ restart from its checkpoint."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import threading
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace import config
-from headrace.errors import HeadraceError, PipelineFailed, SinkError, SourceError, StepFunctionError
+from headrace.errors import HeadraceError, PipelineFailed, raised_inside
 from headrace.runtime.progress import ProgressDisplay
 from headrace.runtime.session import get_session
 
@@ -179,20 +178,14 @@ class PipelineRun:
             raise translate_failure(self.plan.name, error)
 
 
-_OUR_ERRORS: dict[str, type[HeadraceError]] = {
-    "StepFunctionError": StepFunctionError, "SourceError": SourceError, "SinkError": SinkError,
-}
-_OUR_ERROR = re.compile(r"headrace\.errors\.(StepFunctionError|SourceError|SinkError): (.*)")
-
-
 def translate_failure(pipeline: str, exc: BaseException) -> HeadraceError:
     """Turn Spark's wrapped failure back into the headrace error raised inside it."""
     if isinstance(exc, HeadraceError):
         return exc
     text = str(exc)
-    match = _OUR_ERROR.search(text)
-    if match:
-        return _OUR_ERRORS[match.group(1)](match.group(2).strip())
+    inner = raised_inside(text)
+    if inner is not None:
+        return inner
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return PipelineFailed(f"pipeline {pipeline!r} failed: {first}")
 

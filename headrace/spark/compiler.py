@@ -26,6 +26,7 @@ from headrace.plan.nodes import (
     DeadLettersNode,
     EventTimeNode,
     JoinNode,
+    KeyedProcessNode,
     LateRecordsNode,
     NativeStep,
     Node,
@@ -41,11 +42,14 @@ from headrace.plan.nodes import (
 from headrace.schema import to_ddl
 from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec, arrow_schema
+from headrace.spark.process import lower_keyed_process
 from headrace.spark.rolling import reduce_per_key
 from headrace.spark.windows import lower_window_processor, window_late_records, window_panes
 
 Handler = Callable[[Any, "Lowering"], DataFrame]
 HANDLERS: dict[str, Handler] = {}
+# Steps that read the watermark (windows, and process steps for their event-time timers).
+STATEFUL_EVENT_TIME = (WindowAggregateNode, KeyedProcessNode)
 
 
 def handles(kind: str) -> Callable[[Handler], Handler]:
@@ -93,7 +97,7 @@ class Lowering:
 
     def needs_control(self, source: str) -> bool:
         """Whether control rows of ``source`` must travel on: some event-time step reads it."""
-        return any(isinstance(n, EventTimeNode) and source in self.plan.upstream(n.name)
+        return any(isinstance(n, (EventTimeNode, KeyedProcessNode)) and source in self.plan.upstream(n.name)
                    for n in self.plan.nodes.values())
 
     def input(self, node: Node, index: int = 0) -> DataFrame:
@@ -126,7 +130,7 @@ class Lowering:
             if current.name in seen:
                 continue
             seen.add(current.name)
-            if isinstance(current, WindowAggregateNode):
+            if isinstance(current, STATEFUL_EVENT_TIME):
                 window = True
             elif isinstance(current, EventTimeNode) or (
                     isinstance(current, PythonStep) and current.event_time is not None):
@@ -147,7 +151,7 @@ class Lowering:
         if not isinstance(node, EventTimeNode) and node.name not in self.chains:
             return False
         window, redeclared = self._reach(c.name for c in self.plan.consumers(node.name))
-        has_windows = any(isinstance(n, WindowAggregateNode) for n in self.plan.nodes.values())
+        has_windows = any(isinstance(n, STATEFUL_EVENT_TIME) for n in self.plan.nodes.values())
         return not redeclared and (window or not has_windows)
 
     def watermark_on_edge(self, name: str, consumer: str) -> bool:
@@ -352,6 +356,11 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
                           F.col("_hr_window.start").alias("window_start"),
                           F.col("_hr_window.end").alias("window_end"),
                           *[F.col(f"`{name}`") for name, _ in node.aggs])
+
+
+@handles("keyed_process")
+def lower_process(node: KeyedProcessNode, lowering: Lowering) -> DataFrame:
+    return lower_keyed_process(node, lowering.input(node), lowering.plan)
 
 
 @handles("late_records")

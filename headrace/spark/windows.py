@@ -52,9 +52,17 @@ class WindowProcessor(StatefulProcessor):
     """Drives one instance's WindowState through a micro-batch or a timer."""
 
     def __init__(self, step: str, logic: WindowLogic, keys: list[str], value_fields: list[str],
-                 result_fields: list[str], late_output: bool, event_time: str | None, columns: list[str]) -> None:
+                 result_fields: list[str], late_output: bool, event_time: str | None, columns: list[str],
+                 test_clock: bool) -> None:
         self.step, self.logic, self.keys, self.event_time, self.columns = step, logic, keys, event_time, columns
         self.value_fields, self.result_fields, self.late_output = value_fields, result_fields, late_output
+        self.test_clock = test_clock
+
+    def _wall_clock(self, state: WindowState, timer_values: Any, fired: list[Fired]) -> None:
+        """Outside tests, processing time is the micro-batch's timestamp (the same on a replay)."""
+        now = timer_values.getCurrentProcessingTimeInMs()
+        if not self.test_clock and now > 0:
+            self.logic.on_clock(state, now, fired)
 
     def init(self, handle: Any) -> None:
         self.handle = handle
@@ -83,6 +91,7 @@ class WindowProcessor(StatefulProcessor):
         dropped: list[Dropped] = []
         try:
             self.logic.on_watermark(state, watermark, fired)
+            self._wall_clock(state, timerValues, fired)
             for frame in rows:
                 frame.columns = self.columns  # pandas conversion renames columns that start with "_"
                 control = frame[CONTROL_COLUMN].notna()
@@ -107,6 +116,7 @@ class WindowProcessor(StatefulProcessor):
         state = self._load()
         fired: list[Fired] = []
         self.logic.on_watermark(state, watermark, fired)
+        self._wall_clock(state, timerValues, fired)
         self._store(state, watermark)
         yield self._output(fired, [])
 
@@ -188,6 +198,11 @@ def _logic(node: Any, value_fields: list[str]) -> WindowLogic:
     return WindowLogic(node.window, node.emission, function)
 
 
+def uses_test_clock(plan: Any) -> bool:
+    """Processing time comes from the test kit's clock when a source says so (TestSource)."""
+    return any(getattr(source.connector, "test_clock", False) for source in plan.sources())
+
+
 def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
     """The window step as a stateful processor; returns its raw output (panes and late records)."""
     keys = list(node.keys or ())
@@ -203,7 +218,7 @@ def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
                + [f"{OUTPUT_KIND} string", "late_step string", "late_key string", "late_event_time timestamp",
                   "late_window_start timestamp", "late_window_end timestamp", "late_record string"])
     processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, [n for n, _ in results],
-                                late, event_time, prepared.columns)
+                                late, event_time, prepared.columns, uses_test_clock(plan))
     return prepared.groupBy(INSTANCE).transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=", ".join(columns), outputMode="Append",
         timeMode="EventTime" if event_time else "None")

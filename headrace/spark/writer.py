@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from headrace.errors import SinkError
+from headrace.errors import SinkError, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
 from headrace.runtime.checkpoints import query_id
@@ -64,6 +64,9 @@ def _write(sink: SinkNode, df: DataFrame, batch_id: int) -> None:
     except SinkError:
         raise
     except Exception as exc:
+        upstream = raised_inside(str(exc), only=("StepFunctionError", "SourceError"))
+        if upstream is not None:  # a step computing the batch failed, not the sink
+            raise upstream from None
         raise SinkError(f"sink '{sink.name}' ({sink.defined_at}) failed to write batch {batch_id}: "
                         f"{type(exc).__name__}: {exc}") from exc
 

@@ -43,7 +43,8 @@ __all__ = ["ProcessingTime", "TestSource", "TestSink", "Watermark", "run_to_comp
 
 @dataclass(frozen=True)
 class ProcessingTime:
-    """A marker: move the test clock that processing-time triggers read to ``time`` (ms)."""
+    """A marker: move the test clock to ``time`` (ms). A pipeline fed by a TestSource reads
+    processing time from this clock (processing-time triggers and timers, state TTL)."""
 
     time: int
 
@@ -82,6 +83,7 @@ class TestSource(SourceConnector):
     __test__ = False  # not a pytest test class
     guarantee = Guarantee.EXACTLY_ONCE
     paced = True
+    test_clock = True
 
     @property
     def bounded(self) -> bool:
