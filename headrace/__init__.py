@@ -21,9 +21,9 @@ from headrace.errors import (
     StepFunctionError,
 )
 from headrace.expr import Expr, col, expr, lit
-from headrace.keyed_state import ListState, MapState, ValueState
 from headrace.process import Context, KeyedProcessFunction, Timer
 from headrace.runtime.runner import RunResult, run
+from headrace.state import ListState, MapState, ValueState
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
 from headrace.window_functions import AggregateFunction
 from headrace.windows import Count, Global, Session, Sliding, Tumbling

@@ -1,7 +1,7 @@
 """Keyed process functions: user code with declared per-key state and timers, free of Spark.
 
 The user subclasses :class:`KeyedProcessFunction`, declares its state as class attributes
-(``headrace/keyed_state.py``) and implements ``process(record, ctx)`` and, for timers,
+(``headrace/state.py``) and implements ``process(record, ctx)`` and, for timers,
 ``on_timer(timer, ctx)``. :class:`ProcessLogic` runs it over one operator instance's
 :class:`ProcessState` (every key of the instance, pickled in one cell by the Spark driver in
 ``headrace/spark/process.py``): due timers first, then the micro-batch's records in
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headrace.errors import StepFunctionError
-from headrace.keyed_state import NEVER, Cells, KeyScope, State, StateUsageError, sweep
+from headrace.state import NEVER, Cells, KeyScope, State, StateUsageError, sweep
 
 EVENT_TIME = "event_time"
 PROCESSING_TIME = "processing_time"

@@ -11,8 +11,8 @@ import pytest
 
 import headrace as hr
 from headrace.errors import StepFunctionError
-from headrace.keyed_state import StateUsageError
 from headrace.process import ProcessLogic, ProcessState
+from headrace.state import StateUsageError
 
 OUTPUT = (("key", "string"), ("what", "string"), ("n", "long"))
 
