@@ -36,14 +36,12 @@ the hand-written pipeline's, per variant.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -53,6 +51,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from benchmarks.common import CpuClock, Print, Throughput, alternating, fresh_dir, processing_seconds  # noqa: E402
 from headrace.connectors.base import CONTROL_COLUMN, Guarantee, SinkConnector, SourceContext  # noqa: E402
 from headrace.connectors.generator import Generator, ysb_ads  # noqa: E402
 from headrace.connectors.null_sink import Null  # noqa: E402
@@ -60,7 +59,6 @@ from headrace.demo import ysb_pipeline  # noqa: E402
 from headrace.durations import to_millis  # noqa: E402
 from headrace.runtime.runner import PipelineRun  # noqa: E402
 
-Print = Callable[[str], None]
 VARIANTS = ("native", "python")
 SOURCE_NAME = "ad_events"  # the headrace pipeline's source step name; the hand-written one uses the same
 
@@ -135,79 +133,6 @@ def handwritten_ysb(spark: SparkSession, variant: str, generator: Generator, run
 # ----------------------------------------------------------------------------------------------
 # Measurements.
 
-def _epoch(timestamp: str) -> float:
-    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-
-
-def processing_seconds(progress: list[dict[str, Any]]) -> float:
-    """From the start of the first micro-batch to the end of the last one that read input."""
-    with_input = [p for p in progress if (p.get("numInputRows") or 0) > 0]
-    if not with_input:
-        raise RuntimeError("no micro-batch read any input")
-    first = min(_epoch(p["timestamp"]) for p in progress)
-    last = max(_epoch(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000 for p in with_input)
-    return last - first
-
-
-class CpuClock:
-    """CPU seconds used by this process and by Spark's JVM with all its Python workers.
-
-    Other programs on the machine slow a run down without changing how much CPU it needs,
-    so events per CPU second is a second, contention-proof view of throughput. Linux only
-    (``/proc``); elsewhere it counts this process alone.
-    """
-
-    def __init__(self, spark: SparkSession) -> None:
-        try:
-            self.jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-        except Exception:  # noqa: BLE001 - no JVM handle (e.g. Spark Connect): no CPU figures
-            self.jvm_pid = 0
-        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-    def seconds(self) -> float:
-        own = os.times()
-        total = own.user + own.system
-        if not self.jvm_pid or not os.path.isdir("/proc"):
-            return total
-        stats: dict[int, tuple[int, int]] = {}  # pid -> (parent, CPU ticks incl. reaped children)
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    text = handle.read()
-            except OSError:
-                continue
-            fields = text[text.rindex(")") + 2:].split()
-            stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
-        children: dict[int, list[int]] = {}
-        for pid, (parent, _) in stats.items():
-            children.setdefault(parent, []).append(pid)
-        todo, ticks = [self.jvm_pid], 0
-        while todo:
-            pid = todo.pop()
-            ticks += stats.get(pid, (0, 0))[1]
-            todo.extend(children.get(pid, ()))
-        return total + ticks / self.tick
-
-
-@dataclass
-class Throughput:
-    events: int
-    seconds: float
-    batches: int
-    cpu_seconds: float = 0.0
-    load: float = 0.0  # the machine's 1-minute load average at the end of the run
-
-    @property
-    def rate(self) -> float:
-        return self.events / self.seconds
-
-    @property
-    def cpu_rate(self) -> float:
-        return self.events / self.cpu_seconds if self.cpu_seconds else 0.0
-
-
 class ArrivalSink(SinkConnector):
     """Collects each batch on the driver and notes when each window's result arrived."""
 
@@ -231,15 +156,8 @@ class ArrivalSink(SinkConnector):
         return {"type": "ArrivalSink"}
 
 
-def _fresh(workdir: str, name: str) -> str:
-    path = os.path.join(workdir, name)
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    return path
-
-
 def handwritten_throughput(spark: SparkSession, variant: str, config: Config, workdir: str) -> Throughput:
-    root = _fresh(workdir, f"hand_{variant}")
+    root = fresh_dir(workdir, f"hand_{variant}")
     generator = Generator("ysb", limit=config.events, rows_per_batch=config.rows_per_batch)
     df = handwritten_ysb(spark, variant, generator, os.path.join(root, "run"), window=config.window,
                          max_out_of_orderness=config.max_out_of_orderness)
@@ -254,7 +172,7 @@ def handwritten_throughput(spark: SparkSession, variant: str, config: Config, wo
 
 
 def headrace_throughput(spark: SparkSession, variant: str, config: Config, workdir: str) -> Throughput:
-    root = _fresh(workdir, f"headrace_{variant}")
+    root = fresh_dir(workdir, f"headrace_{variant}")
     pipeline = ysb_pipeline(variant=variant, limit=config.events, rows_per_batch=config.rows_per_batch,
                             window=config.window, max_out_of_orderness=config.max_out_of_orderness,
                             sink=Null(), name=f"headrace_{variant}")
@@ -276,7 +194,7 @@ class Latency:
 
 
 def handwritten_latency(spark: SparkSession, config: Config, workdir: str) -> Latency:
-    root = _fresh(workdir, "hand_latency")
+    root = fresh_dir(workdir, "hand_latency")
     run_dir = os.path.join(root, "run")
     generator = Generator("ysb", rate=config.rate)
     sink = ArrivalSink()
@@ -298,7 +216,7 @@ def handwritten_latency(spark: SparkSession, config: Config, workdir: str) -> La
 
 
 def headrace_latency(spark: SparkSession, config: Config, workdir: str) -> Latency:
-    root = _fresh(workdir, "headrace_latency")
+    root = fresh_dir(workdir, "headrace_latency")
     sink = ArrivalSink()
     pipeline = ysb_pipeline(variant="native", limit=None, rate=config.rate, window=config.latency_window,
                             max_out_of_orderness=config.latency_out_of_orderness, sink=sink,
@@ -345,11 +263,6 @@ class Results:
         return percentile(self.latency[who], q) * 1000
 
 
-def _orders(runs: int) -> list[tuple[str, ...]]:
-    """hand, headrace, then headrace, hand, ...: neither pipeline always goes first."""
-    return [PIPELINES if number % 2 == 0 else PIPELINES[::-1] for number in range(runs)]
-
-
 def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workdir: str | None = None) -> Results:
     """Run the benchmark, print each run, the table and the closing line; return the figures."""
     own_workdir = workdir is None
@@ -372,7 +285,7 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
             for who in PIPELINES:
                 throughput_runs[who](spark, variant, warm_ups[variant], workdir)
             runs = config.runs if variant == "native" else config.python_runs
-            for number, order in enumerate(_orders(runs), start=1):
+            for number, order in enumerate(alternating(PIPELINES, runs), start=1):
                 for who in order:
                     cpu = clock.seconds()
                     t = throughput_runs[who](spark, variant, config, workdir)
@@ -391,7 +304,7 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
             # A short run of each first, not measured: the first latency run is otherwise the slowest.
             for who in PIPELINES:
                 latency_runs[who](spark, replace(config, latency_seconds=min(8.0, config.latency_seconds / 2)), workdir)
-        for number, order in enumerate(_orders(config.latency_runs if config.latency else 0), start=1):
+        for number, order in enumerate(alternating(PIPELINES, config.latency_runs if config.latency else 0), start=1):
             for who in order:
                 lat = latency_runs[who](spark, config, workdir)
                 results.latency.setdefault(who, []).extend(lat.samples)

@@ -33,6 +33,8 @@ class AggregateFunction:
 class BuiltinAggregates(WindowFunction):
     """count, sum, min, max and mean over columns; the accumulator is one list per aggregate."""
 
+    incremental = True
+
     def __init__(self, aggs: tuple[tuple[str, Agg], ...]) -> None:
         self.aggs = aggs
 
@@ -120,6 +122,8 @@ class UserAggregate(WindowFunction):
 
 class ProcessWindow(WindowFunction):
     """``fn(key, (start, end), records) -> iterable of dicts``, given every record of the pane."""
+
+    incremental = True  # add only keeps the record; fn sees the pane's records when it fires
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn

@@ -18,9 +18,15 @@ from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission
 from headrace.windows import Count, Global, Session, WindowShape
 
 NEG_INF = -math.inf
+_NO_WINDOW: Any = object()  # a key without an open tumbling count window
 
 class WindowFunction:
     """How a window turns records into a result: create, add, merge and result."""
+
+    # True when ``add`` has no side effects and does not fail on a record the plan accepted, so
+    # that a tumbling count window may fold each record in as it arrives instead of keeping the
+    # records until the window is full (the result is the same either way).
+    incremental: bool = False
 
     def create(self) -> Any:
         raise NotImplementedError
@@ -68,6 +74,11 @@ class WindowState:
     since: dict[Any, int] = field(default_factory=dict)
     count_panes: dict[Any, int] = field(default_factory=dict)
     clock: int = 0
+    count_accs: dict[Any, Any] = field(default_factory=dict)  # tumbling count windows: the open window
+
+    def __setstate__(self, pickled: dict[str, Any]) -> None:
+        """A state stored by an older version lacks the newer fields: they start empty."""
+        self.__dict__.update({**WindowState().__dict__, **pickled})
 
 def _label(start: float, end: float) -> tuple[int | None, int | None]:
     return (None if start == NEG_INF else int(start), None if end == math.inf else int(end))
@@ -79,15 +90,21 @@ class WindowLogic:
         self.shape, self.emission, self.function = shape, emission, function
         self.lateness = emission.allowed_lateness_ms
         self.trigger = emission.trigger
+        # A tumbling count window of a function that can fold on arrival keeps one accumulator
+        # per key; otherwise the key's last `size` records.
+        self.folds_counts = (isinstance(shape, Count) and shape.slide == shape.size
+                             and getattr(function, "incremental", False))
 
     # -- the three ways in -----------------------------------------------------------------
     def process(self, state: WindowState, records: Iterable[tuple[Any, int, dict[str, Any]]], watermark: float,
                 out: list[Fired], dropped: list[Dropped]) -> None:
         """Add a micro-batch's records (key, event time in ms, record), in arrival order."""
+        if isinstance(self.shape, Count):
+            add = self._fold_counted if self.folds_counts else self._add_counted
+            for key, _, record in records:
+                add(state, key, record, out)
+            return
         for key, t, record in records:
-            if isinstance(self.shape, Count):
-                self._add_counted(state, key, record, out)
-                continue
             if isinstance(self.shape, Session):
                 merged = self._merge_session(state, key, t, watermark)
                 windows = [merged] if merged is not None else []
@@ -233,6 +250,28 @@ class WindowLogic:
             out.append(Fired(key, None, None, "count", pane, self.function.result(accumulator, key, (None, None))))
             state.count_panes[key] = pane + 1
             state.since[key] = 0
+
+    def _fold_counted(self, state: WindowState, key: Any, record: dict[str, Any], out: list[Fired]) -> None:
+        """Tumbling count windows of an incremental function: the same panes as ``_add_counted``,
+        from one accumulator per key instead of the key's last ``size`` records."""
+        assert isinstance(self.shape, Count)
+        function = self.function
+        accumulator = state.count_accs.pop(key, _NO_WINDOW)
+        if accumulator is _NO_WINDOW:
+            accumulator = function.create()
+            kept = state.counts.pop(key, [])  # records kept by an older version: the last `since` are open
+            for item in kept[len(kept) - state.since.get(key, 0):]:
+                accumulator = function.add(accumulator, item)
+        accumulator = function.add(accumulator, record)
+        since = state.since.get(key, 0) + 1
+        if since == self.shape.size:
+            pane = state.count_panes.get(key, 0)
+            out.append(Fired(key, None, None, "count", pane, function.result(accumulator, key, (None, None))))
+            state.count_panes[key] = pane + 1
+            state.since[key] = 0
+        else:
+            state.count_accs[key] = accumulator
+            state.since[key] = since
 
 def _order(ident: tuple[Any, float, float]) -> tuple[str, float, float]:
     return (str(ident[0]), ident[1], ident[2])

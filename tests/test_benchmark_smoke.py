@@ -1,4 +1,5 @@
-"""The YSB benchmark runs end to end (``benchmarks/ysb.py --quick``) and ends with its ratio line.
+"""The benchmarks run end to end (``benchmarks/ysb.py --quick``, ``benchmarks/count_window.py
+--quick``) and end with their ratio lines.
 
 This checks that the benchmark works, not that headrace meets its performance targets: on
 small data and a shared machine the figures mean little (docs/performance.md has the real ones).
@@ -12,11 +13,11 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "ysb.py"
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def load_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ysb_benchmark", BENCHMARK)
+def load_benchmark(name: str = "ysb") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
@@ -31,3 +32,13 @@ def test_the_quick_benchmark_ends_with_the_ratio_line(spark, capsys):
     assert re.fullmatch(r"ysb ratio native=\d+\.\d\d python=\d+\.\d\d", lines[-1]), lines[-1]
     assert any(line.startswith("native (events/s)") for line in lines)
     assert any(line.startswith("p99 (ms)") for line in lines)
+
+
+def test_the_quick_count_window_benchmark_ends_with_the_ratio_line(spark, capsys):
+    benchmark = load_benchmark("count_window")
+    assert benchmark.main(["--quick"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"count-window ratio=\d+\.\d\d", lines[-1]), lines[-1]
+    expected = benchmark.expected_windows(benchmark.QUICK, benchmark.QUICK.events)
+    assert expected > 0
+    assert any(re.fullmatch(rf"windows written, each run\s+{expected:,}\s+{expected:,}", line) for line in lines)

@@ -411,3 +411,12 @@ def test_several_sinks_same_stream_and_different_branches(spark, tmp_path):
         ("A", at(0), 2): 1, ("B", at(0), 1): 1, ("A", at(10_000), 1): 1})
     # Each sink commits the same batch ids (one query): the two sinks of one stream agree batch by batch.
     assert first.batches == second.batches
+
+
+def test_a_count_window_over_the_whole_stream_is_one_group(spark, tmp_path):
+    p = hr.Pipeline("unkeyed_count")
+    values = TestSource([[{"v": 1}, {"v": 2}, {"v": 3}], [{"v": 4}, {"v": 5}]], schema={"v": "long"})
+    out = TestSink()
+    p.source("values", values).window(hr.Count(2)).aggregate(total=hr.sum("v")).sink("out", out)
+    run_to_completion(p, state_dir=str(tmp_path))
+    assert [(r["pane_kind"], r["total"]) for r in out.rows()] == [("count", 3), ("count", 7)]

@@ -1,6 +1,8 @@
-"""Property tests: window assignment and session merging against brute-force models."""
+"""Property tests: window assignment, session merging and count windows against brute-force models."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -71,3 +73,42 @@ def test_session_merging_ignores_arrival_order(order, gap):
     assert sorted((s, e) for _, s, e in state.panes) == expected
     counts = {(s, e): logic.function.result(p.total, "k", None)[0]["n"] for (_, s, e), p in state.panes.items()}
     assert sum(counts.values()) == len(times_ms)
+
+
+_count_records = st.lists(st.tuples(st.sampled_from("abc"), st.one_of(st.none(), st.integers(-50, 50))), max_size=60)
+
+
+@given(records=_count_records, size=st.integers(1, 7), cuts=st.lists(st.integers(0, 60), max_size=4),
+       switch=st.integers(0, 60))
+def test_tumbling_count_windows_fold_records_as_keeping_them_would(records, size, cuts, switch):
+    """Tumbling count windows of built-in aggregates fold each record in as it arrives; the panes
+    must be those of keeping each key's last `size` records (the path of sliding count windows),
+    across micro-batches with the state pickled in between, and from a state the keeping path left."""
+    import pickle
+
+    from headrace.aggregates import Agg
+    from headrace.triggers import Emission
+    from headrace.window_functions import BuiltinAggregates
+    from headrace.window_state import WindowLogic, WindowState
+    from headrace.windows import Count
+
+    function = BuiltinAggregates((("n", Agg("count")), ("total", Agg("sum", "v")), ("low", Agg("min", "v")),
+                                  ("high", Agg("max", "v")), ("avg", Agg("mean", "v"))))
+    keeping, folding = (WindowLogic(Count(size), Emission(), function) for _ in range(2))
+    assert folding.folds_counts
+    keeping.folds_counts = False
+    batches = [records[a:b] for a, b in zip([0, *sorted(cuts)], [*sorted(cuts), len(records)])]
+
+    def run(logic_at) -> list:
+        state, fired, seen = WindowState(), [], 0
+        for batch in batches:
+            for key, value in batch:
+                logic_at(seen).process(state, [(key, 0, {"v": value})], float("-inf"), fired, [])
+                seen += 1
+            state = pickle.loads(pickle.dumps(state))
+        return fired
+
+    expected = run(lambda _: keeping)
+    assert run(lambda _: folding) == expected
+    assert run(lambda seen: keeping if seen < switch else folding) == expected
+    assert len(expected) == sum(n // size for n in Counter(key for key, _ in records).values())

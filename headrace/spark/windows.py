@@ -19,6 +19,7 @@ import json
 import math
 import pickle
 from collections.abc import Iterator
+from itertools import repeat
 from typing import Any
 
 import pandas as pd
@@ -46,6 +47,14 @@ def _watermark(raw: int) -> float:
 
 def _timestamp(ms: int | None) -> Any:
     return None if ms is None else pd.Timestamp(ms, unit="ms", tz="UTC")
+
+
+def _records(data: pd.DataFrame, fields: list[str]) -> list[dict[str, Any]]:
+    """``data[fields].to_dict("records")`` (the same dicts, Python scalars), built a column at a time."""
+    if not fields:
+        return [{} for _ in range(len(data))]
+    columns = data[fields].to_dict("list")
+    return [dict(zip(fields, row)) for row in zip(*columns.values())]
 
 
 class WindowProcessor(StatefulProcessor):
@@ -94,16 +103,21 @@ class WindowProcessor(StatefulProcessor):
             self._wall_clock(state, timerValues, fired)
             for frame in rows:
                 frame.columns = self.columns  # pandas conversion renames columns that start with "_"
-                control = frame[CONTROL_COLUMN].notna()
-                clocks = frame.loc[control, CLOCK].dropna()
-                data = frame.loc[~control]
-                records: list[Any] = data[self.value_fields].to_dict("records")
-                keys = data[self.keys].itertuples(index=False, name=None)
-                times = data[TIME].tolist()
-                self.logic.process(state, ((k if len(k) > 1 else k[0], int(t), r)
-                                           for k, t, r in zip(keys, times, records)), watermark, fired, dropped)
+                controls = frame[CONTROL_COLUMN]
+                control = controls.notna()
+                data = frame.loc[~control] if control.any() else frame
+                records = _records(data, self.value_fields)
+                if not self.keys:
+                    keys: Any = repeat(())  # a window over the whole stream: one group
+                elif len(self.keys) == 1:
+                    keys = data[self.keys[0]].tolist()
+                else:
+                    keys = zip(*(data[k].tolist() for k in self.keys))
+                times = (int(t) for t in data[TIME].tolist()) if TIME in self.columns else repeat(0)
+                self.logic.process(state, zip(keys, times, records), watermark, fired, dropped)
+                clocks = controls[controls < 0]  # the test kit's clock rows, see clock_control
                 if len(clocks):
-                    self.logic.on_clock(state, int(clocks.max()), fired)
+                    self.logic.on_clock(state, int(-clocks.min() - 1), fired)
         except StepFunctionError:
             raise
         except Exception as exc:
@@ -212,6 +226,16 @@ def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
     value_fields = [c for c in prepared.columns if c not in hidden]
     types = dict(prepared.dtypes)
     late = any(c.kind == "late_records" for c in plan.consumers(node.name))
+    if node.function == "aggregates" and not late:
+        # The records only feed built-in aggregates (no late side output shows them): the
+        # processor needs the fields the aggregates read, nothing else.
+        read = {agg.column for _, agg in node.aggs if agg.column}
+        value_fields = [c for c in value_fields if c in read]
+    # Ship the processor only what it reads (each column costs per record in Spark's Python
+    # worker): the keys, the records' fields, the control column (it carries the test clock
+    # too), the event time in ms when there is one, and the instance.
+    needed = {*keys, *value_fields, CONTROL_COLUMN, INSTANCE, *([TIME] if event_time else [])}
+    prepared = prepared.select(*[F.col(f"`{c}`") for c in prepared.columns if c in needed])
     results = _result_fields(node, types)
     columns = ([f"`{k}` {types[k]}" for k in keys] + ["window_start timestamp", "window_end timestamp",
                "pane_kind string", "pane_index bigint"] + [f"`{n}` {t}" for n, t in results]
