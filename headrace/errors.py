@@ -33,6 +33,8 @@ class PipelineFailed(HeadraceError):
     """The Spark query behind a pipeline stopped with an error headrace did not raise itself."""
 
 
+_RAISED_KINDS: dict[str, type[HeadraceError]] = {"StepFunctionError": StepFunctionError, "SourceError": SourceError,
+                                                 "SinkError": SinkError}
 _RAISED = re.compile(r"headrace\.errors\.(StepFunctionError|SourceError|SinkError): (.*)")
 
 
@@ -40,9 +42,7 @@ def raised_inside(text: str, only: tuple[str, ...] = ("StepFunctionError", "Sour
                   ) -> HeadraceError | None:
     """The first headrace error of a kind in ``only`` that a Spark failure's text carries
     (a Python worker's traceback, wrapped by Spark)."""
-    kinds: dict[str, type[HeadraceError]] = {"StepFunctionError": StepFunctionError, "SourceError": SourceError,
-                                             "SinkError": SinkError}
     for match in _RAISED.finditer(text):
         if match.group(1) in only:
-            return kinds[match.group(1)](match.group(2).strip())
+            return _RAISED_KINDS[match.group(1)](match.group(2).strip())
     return None

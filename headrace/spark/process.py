@@ -26,7 +26,7 @@ from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.plan.nodes import function_label
 from headrace.process import EVENT_TIME, ProcessLogic, ProcessState, to_watermark
 from headrace.schema import to_ddl
-from headrace.spark.windows import CLOCK, INSTANCE, TIME, prepare_input, uses_test_clock
+from headrace.spark.windows import INSTANCE, TIME, output_frame, prepare_input, read_input, uses_test_clock
 
 NOW = "_hr_now"
 
@@ -57,18 +57,11 @@ class KeyedProcessDriver(StatefulProcessor):
         records: list[tuple[Any, int | None, dict[str, Any]]] = []
         batch_time = 0
         for frame in rows:
-            frame.columns = self.columns  # pandas conversion renames columns that start with "_"
-            control = frame[CONTROL_COLUMN].notna()
-            clocks = frame.loc[control, CLOCK].dropna()
-            if len(clocks) and self.test_clock:
-                state.clock = max(state.clock, int(clocks.max()))
-            batch_time = max(batch_time, int(frame[NOW].max()))
-            data = frame.loc[~control]
-            values: list[dict[str, Any]] = data[self.value_fields].to_dict("records")
-            keys = data[self.keys].itertuples(index=False, name=None)
-            times = data[TIME].tolist() if self.event_time else [None] * len(values)
-            records.extend((k if len(k) > 1 else k[0], None if t is None else int(t), r)
-                           for k, t, r in zip(keys, times, values))
+            read, clock = read_input(frame, self.columns, self.keys, self.value_fields, untimed=None)
+            batch_time = max(batch_time, int(frame[NOW].max()))  # read_input named the columns
+            records.extend(read)
+            if clock is not None and self.test_clock:
+                state.clock = max(state.clock, clock)
         yield self._run(state, records, timerValues, batch_time)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
@@ -80,11 +73,7 @@ class KeyedProcessDriver(StatefulProcessor):
         rows = self.logic.run(state, records, watermark, self._clock(state, timer_values, batch_time), ended)
         self.cell.update((pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),))
         self._wake(state)
-        frame = pd.DataFrame(rows, columns=self.logic.fields, dtype=object)
-        frame = frame.astype(object).where(frame.notna(), None)
-        for name in self.timestamps:
-            frame[name] = pd.to_datetime(frame[name], utc=True)
-        return frame
+        return output_frame(rows, self.logic.fields, self.timestamps)
 
     def _wake(self, state: ProcessState) -> None:
         """Register the Spark timer of the instance's earliest event-time timer."""
@@ -104,7 +93,7 @@ def lower_keyed_process(node: Any, df: DataFrame, plan: Any) -> DataFrame:
     keys, event_time = list(keyed.keys or ()), keyed.event_time
     prepared = prepare_input(df, keys, event_time, node.parallelism)
     prepared = prepared.withColumn(NOW, F.unix_millis(F.current_timestamp()))  # the batch's, kept on replay
-    hidden = {CONTROL_COLUMN, CLOCK, INSTANCE, TIME, NOW}
+    hidden = {CONTROL_COLUMN, INSTANCE, TIME, NOW}
     value_fields = [c for c in prepared.columns if c not in hidden]
     label = function_label(type(node.fn).process)
     logic = ProcessLogic(node.name, node.fn, node.schema, event_time is not None, label)

@@ -33,7 +33,6 @@ from headrace.window_state import Dropped, Fired, WindowLogic, WindowState
 
 INSTANCE = "_hr_instance"
 TIME = "_hr_t"
-CLOCK = "_hr_clock"
 OUTPUT_KIND = "_hr_output"
 LATE_COLUMNS = ("late_step", "late_key", "late_event_time", "late_window_start", "late_window_end", "late_record")
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -55,6 +54,36 @@ def _records(data: pd.DataFrame, fields: list[str]) -> list[dict[str, Any]]:
         return [{} for _ in range(len(data))]
     columns = data[fields].to_dict("list")
     return [dict(zip(fields, row)) for row in zip(*columns.values())]
+
+
+def read_input(frame: pd.DataFrame, columns: list[str], keys: list[str], value_fields: list[str],
+               untimed: Any) -> tuple[Iterator[tuple[Any, Any, dict[str, Any]]], int | None]:
+    """One pandas frame of an instance's input (``prepare_input``): its data rows as (key, event
+    time in ms or ``untimed``, record), and the test clock its control rows move to, if any."""
+    frame.columns = columns  # pandas conversion renames columns that start with "_"
+    controls = frame[CONTROL_COLUMN]
+    control = controls.notna()
+    data = frame.loc[~control] if control.any() else frame
+    records = _records(data, value_fields)
+    if not keys:
+        key_values: Any = repeat(())  # a step over the whole stream: one group
+    elif len(keys) == 1:
+        key_values = data[keys[0]].tolist()
+    else:
+        key_values = zip(*(data[k].tolist() for k in keys))
+    times = (int(t) for t in data[TIME].tolist()) if TIME in columns else repeat(untimed)
+    clocks = controls[controls < 0]  # the test kit's clock rows, see clock_control
+    clock = int(-clocks.min() - 1) if len(clocks) else None
+    return zip(key_values, times, records), clock
+
+
+def output_frame(rows: list[Any], columns: list[str], timestamps: list[str]) -> pd.DataFrame:
+    """The pandas frame a stateful processor yields: nulls as None, timestamps in UTC."""
+    frame = pd.DataFrame(rows, columns=columns, dtype=object)
+    frame = frame.astype(object).where(frame.notna(), None)
+    for name in timestamps:
+        frame[name] = pd.to_datetime(frame[name], utc=True)
+    return frame
 
 
 class WindowProcessor(StatefulProcessor):
@@ -102,22 +131,10 @@ class WindowProcessor(StatefulProcessor):
             self.logic.on_watermark(state, watermark, fired)
             self._wall_clock(state, timerValues, fired)
             for frame in rows:
-                frame.columns = self.columns  # pandas conversion renames columns that start with "_"
-                controls = frame[CONTROL_COLUMN]
-                control = controls.notna()
-                data = frame.loc[~control] if control.any() else frame
-                records = _records(data, self.value_fields)
-                if not self.keys:
-                    keys: Any = repeat(())  # a window over the whole stream: one group
-                elif len(self.keys) == 1:
-                    keys = data[self.keys[0]].tolist()
-                else:
-                    keys = zip(*(data[k].tolist() for k in self.keys))
-                times = (int(t) for t in data[TIME].tolist()) if TIME in self.columns else repeat(0)
-                self.logic.process(state, zip(keys, times, records), watermark, fired, dropped)
-                clocks = controls[controls < 0]  # the test kit's clock rows, see clock_control
-                if len(clocks):
-                    self.logic.on_clock(state, int(-clocks.min() - 1), fired)
+                records, clock = read_input(frame, self.columns, self.keys, self.value_fields, untimed=0)
+                self.logic.process(state, records, watermark, fired, dropped)
+                if clock is not None:
+                    self.logic.on_clock(state, clock, fired)
         except StepFunctionError:
             raise
         except Exception as exc:
@@ -153,25 +170,20 @@ class WindowProcessor(StatefulProcessor):
                              "late_record": json.dumps(late.record, default=str, sort_keys=True)})
         columns = [*self.keys, "window_start", "window_end", "pane_kind", "pane_index", *self.result_fields,
                    OUTPUT_KIND, *LATE_COLUMNS]
-        frame = pd.DataFrame(rows, columns=columns, dtype=object)
-        frame = frame.astype(object).where(frame.notna(), None)
-        for name in ("window_start", "window_end", "late_event_time", "late_window_start", "late_window_end"):
-            frame[name] = pd.to_datetime(frame[name], utc=True)
-        return frame
+        return output_frame(rows, columns, ["window_start", "window_end", "late_event_time", "late_window_start",
+                                            "late_window_end"])
 
     def close(self) -> None:
         pass
 
 
 def prepare_input(df: DataFrame, keys: list[str], event_time: str | None, parallelism: int) -> DataFrame:
-    """Add the instance, the event time in ms and the clock; copy control rows to every instance."""
+    """Add the instance and, with event time, the event time in ms; copy control rows (which
+    carry the test clock and the end of input) to every instance."""
     if CONTROL_COLUMN not in df.columns:
         df = df.withColumn(CONTROL_COLUMN, F.lit(None).cast("long"))
-    clock = F.when(F.col(CONTROL_COLUMN) < 0, -F.col(CONTROL_COLUMN) - 1)  # see clock_control
-    df = df.withColumn(CLOCK, clock.cast("long"))
-    time = F.unix_millis(F.col(f"`{event_time}`")) if event_time else F.lit(0).cast("long")
-    df = df.withColumn(TIME, time)
     if event_time:
+        df = df.withColumn(TIME, F.unix_millis(F.col(f"`{event_time}`")))
         # a plain copy, not the watermark column; control rows carry no event time (theirs can be year 9999)
         plain = F.when(F.col(CONTROL_COLUMN).isNull(), F.timestamp_millis(F.col(TIME)))
         df = df.drop(event_time).withColumn(event_time, plain)
@@ -222,7 +234,7 @@ def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
     keys = list(node.keys or ())
     event_time = node.event_time or plan.nodes[node.inputs[0]].event_time
     prepared = prepare_input(df, keys, event_time, node.parallelism)
-    hidden = {CONTROL_COLUMN, CLOCK, INSTANCE, TIME}
+    hidden = {CONTROL_COLUMN, INSTANCE, TIME}
     value_fields = [c for c in prepared.columns if c not in hidden]
     types = dict(prepared.dtypes)
     late = any(c.kind == "late_records" for c in plan.consumers(node.name))
@@ -234,7 +246,7 @@ def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
     # Ship the processor only what it reads (each column costs per record in Spark's Python
     # worker): the keys, the records' fields, the control column (it carries the test clock
     # too), the event time in ms when there is one, and the instance.
-    needed = {*keys, *value_fields, CONTROL_COLUMN, INSTANCE, *([TIME] if event_time else [])}
+    needed = {*keys, *value_fields, CONTROL_COLUMN, INSTANCE, TIME}
     prepared = prepared.select(*[F.col(f"`{c}`") for c in prepared.columns if c in needed])
     results = _result_fields(node, types)
     columns = ([f"`{k}` {types[k]}" for k in keys] + ["window_start timestamp", "window_end timestamp",
