@@ -8,7 +8,7 @@ import pytest
 
 from headrace.testing.conformance import check
 
-CASES_FILE = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "cases.json"
+CASES_FILE = Path(__file__).resolve().parent / "conformance" / "cases.json"
 MICRO_BATCH = [c for c in json.loads(CASES_FILE.read_text()) if c["watermark_model"] == "micro_batch"]
 
 

@@ -81,7 +81,7 @@ def drive(case: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, An
     return outputs, dropped_all
 
 
-CASES_FILE = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "cases.json"
+CASES_FILE = Path(__file__).resolve().parent / "conformance" / "cases.json"
 CASES = [c for c in json.loads(CASES_FILE.read_text()) if c["watermark_model"] in ("per_event", "none")]
 
 
