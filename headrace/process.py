@@ -184,13 +184,8 @@ class Context:
                                       "a processing-time timer")
             if logic.ended:
                 return  # the input has ended: no watermark will come to fire it
-            now, clock = self.watermark, "the current watermark"
-        else:
-            now, clock = self.processing_time, "the current processing time"
+        # A timer at or behind its clock fires at once, after the record being handled (as in Flink).
         time = _millis(when, call)
-        if now is not None and time <= now:
-            raise StateUsageError(f"{domain.replace('_', '-')} timer at {_when(time)} is in the past: it is not "
-                                  f"after {clock} ({_when(now)}); register timers after it")
         timers = state.timers.setdefault(self.key, set())
         if (domain, time) not in timers:
             timers.add((domain, time))
@@ -204,13 +199,6 @@ class Context:
             timers.discard((domain, time))  # its heap entry is skipped when it comes up
             if not timers:
                 del self._state.timers[self.key]
-
-
-def _when(ms: int) -> str:
-    try:
-        return f"{ms} ({datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).isoformat()})"
-    except (OverflowError, ValueError, OSError):
-        return str(ms)
 
 
 class ProcessLogic:
@@ -248,6 +236,7 @@ class ProcessLogic:
         for key, timestamp, record in records:
             ctx.key, ctx.timestamp = key, timestamp
             self._call(state, key, lambda record=record: process(record, ctx), "process", record)
+            self._fire_due(state, watermark, now)  # timers the record registered at or behind the clocks
         return self.out
 
     def next_timer(self, state: ProcessState, domain: str) -> int | None:

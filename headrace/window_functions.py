@@ -78,6 +78,8 @@ class BuiltinAggregates(WindowFunction):
                 out[name] = value[0]
             elif agg.func == "mean":
                 out[name] = value[0] / value[1] if value[1] else None
+            elif agg.func == "sum":
+                out[name] = 0 if value is None else value  # an empty pane gives the sum's identity
             else:
                 out[name] = value
         return [out]

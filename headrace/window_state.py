@@ -1,9 +1,9 @@
 """The event-time window operator's logic, free of Spark: windows per key, triggers,
 allowed lateness, accumulation, session merging, count windows and the late side output.
 
-One :class:`WindowState` holds every window of the keys of one operator instance; Spark's
-stateful processor (``headrace/spark/windows.py``) loads it, feeds it a micro-batch and
-the watermark, and stores it back. A micro-batch's records are judged against the
+One :class:`WindowState` holds the windows of one key, stored under that key; Spark's
+stateful processor (``headrace/spark/windows.py``) loads it, feeds it the key's records of a
+micro-batch and the watermark, and stores it back. A micro-batch's records are judged against the
 watermark left by the batches before it.
 """
 
@@ -79,6 +79,10 @@ class WindowState:
     def __setstate__(self, pickled: dict[str, Any]) -> None:
         """A state stored by an older version lacks the newer fields: they start empty."""
         self.__dict__.update({**WindowState().__dict__, **pickled})
+
+    def is_empty(self) -> bool:
+        """Nothing to remember: no open window, no count window under way, no pane index to continue."""
+        return not (self.panes or self.counts or self.since or self.count_panes or self.count_accs)
 
 def _label(start: float, end: float) -> tuple[int | None, int | None]:
     return (None if start == NEG_INF else int(start), None if end == math.inf else int(end))

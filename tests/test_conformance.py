@@ -1,5 +1,5 @@
-"""Every micro_batch case of the shared conformance suite, through real pipelines on Spark
-(scripts/test.sh runs all the cases with ``python -m headrace.testing.conformance``)."""
+"""Every case of the conformance suite kept with the tests (``tests/conformance/cases.json``),
+through real pipelines on Spark: the per_event, micro_batch and none models."""
 
 import json
 from pathlib import Path
@@ -9,13 +9,13 @@ import pytest
 from headrace.testing.conformance import check
 
 CASES_FILE = Path(__file__).resolve().parent / "conformance" / "cases.json"
-MICRO_BATCH = [c for c in json.loads(CASES_FILE.read_text()) if c["watermark_model"] == "micro_batch"]
+CASES = json.loads(CASES_FILE.read_text())
 
 
-@pytest.mark.parametrize("case", MICRO_BATCH, ids=[c["id"] for c in MICRO_BATCH])
-def test_micro_batch_case(case, spark, tmp_path):
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['id']}[{c['watermark_model']}]" for c in CASES])
+def test_case(case, spark, tmp_path):
     assert check(case, str(tmp_path)) == []
 
 
-def test_cases_are_found():
-    assert len(MICRO_BATCH) >= 8
+def test_every_model_is_covered():
+    assert {c["watermark_model"] for c in CASES} == {"per_event", "micro_batch", "none"}

@@ -78,7 +78,7 @@ def test_event_time_timers_close_sessions_as_the_watermark_passes(spark, tmp_pat
     p, out = sessions_pipeline("process_sessions")
     run_to_completion(p, state_dir=str(tmp_path))
     assert by_batch(out) == [EXPECTED[:1], EXPECTED[1:3], EXPECTED[3:]]
-    assert "stateful processor (transformWithStateInPandas, 8 instances, event-time timers" in p.explain()
+    assert "stateful processor (transformWithStateInPandas, state per key, event-time timers" in p.explain()
     assert "process Sessions.process at test_process.py:" in p.explain()
 
 
@@ -113,7 +113,7 @@ def test_processing_time_timers_and_ttl_follow_the_test_clock(spark, tmp_path):
     out = TestSink()
     (p.source("visits", TestSource(batches, schema=schema)).key_by("user")
      .process(Reminder(), schema={"user": "string", "event": "string", "at": "long"}).sink("out", out))
-    assert "no event time: timers are checked when an instance runs" in p.explain()
+    assert "no event time: timers are checked when their key runs" in p.explain()
     run_to_completion(p, state_dir=str(tmp_path))
     assert by_time(out) == [
         [{"user": "ann", "event": "saw ['home']", "at": 1_000}, {"user": "bob", "event": "saw ['cart']", "at": 1_000}],

@@ -152,32 +152,25 @@ def fails(fn: hr.KeyedProcessFunction, message: str, *, event_time: bool = True,
     assert str(error.value) == message
 
 
-class PastEventTimer(hr.KeyedProcessFunction):
+class PastTimers(hr.KeyedProcessFunction):
+    """Registers timers at and behind both clocks; each fires at once, after the record."""
+
     def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
         ctx.register_event_time_timer(ctx.watermark)
-
-    def on_timer(self, timer: hr.Timer, ctx: hr.Context) -> None:
-        pass
-
-
-def test_an_event_time_timer_in_the_past_is_refused():
-    fails(PastEventTimer(), "step 'step1' (PastEventTimer.process at here.py:1): event-time timer at 4000 "
-          "(1970-01-01T00:00:04+00:00) is in the past: it is not after the current watermark (4000 "
-          "(1970-01-01T00:00:04+00:00)); register timers after it (key: 'k1', record: {'n': 1})", watermark=4_000)
-
-
-class PastProcessingTimer(hr.KeyedProcessFunction):
-    def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
+        ctx.register_event_time_timer(ctx.watermark - 500)
         ctx.register_processing_time_timer(ctx.processing_time - 1)
+        ctx.emit({"key": ctx.key, "what": "record", "n": record["n"]})
 
     def on_timer(self, timer: hr.Timer, ctx: hr.Context) -> None:
-        pass
+        ctx.emit({"key": ctx.key, "what": timer.domain, "n": timer.time})
 
 
-def test_a_processing_time_timer_in_the_past_is_refused():
-    fails(PastProcessingTimer(), "step 'step1' (PastProcessingTimer.process at here.py:1): processing-time timer "
-          "at 1999 (1970-01-01T00:00:01.999000+00:00) is in the past: it is not after the current processing time "
-          "(2000 (1970-01-01T00:00:02+00:00)); register timers after it (key: 'k1', record: {'n': 1})", now=2_000)
+def test_timers_at_or_behind_the_clocks_fire_at_once():
+    lg = ProcessLogic("step1", PastTimers(), (("key", "string"), ("what", "string"), ("n", "long")), True, "here")
+    out = feed(lg, ProcessState(), [("k1", 5_000, {"n": 1}), ("k2", 5_000, {"n": 2})], watermark=4_000, now=2_000)
+    assert out == [("k1", "record", 1), ("k1", "processing_time", 1_999), ("k1", "event_time", 3_500),
+                   ("k1", "event_time", 4_000), ("k2", "record", 2), ("k2", "processing_time", 1_999),
+                   ("k2", "event_time", 3_500), ("k2", "event_time", 4_000)]
 
 
 class NoOnTimer(hr.KeyedProcessFunction):
@@ -190,8 +183,16 @@ def test_a_timer_needs_on_timer():
           "define on_timer(timer, ctx), which a firing timer calls (key: 'k1', record: {'n': 1})")
 
 
+class EventTimer(hr.KeyedProcessFunction):
+    def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
+        ctx.register_event_time_timer(10_000)
+
+    def on_timer(self, timer: hr.Timer, ctx: hr.Context) -> None:
+        pass
+
+
 def test_an_event_time_timer_needs_event_time():
-    fails(PastEventTimer(), "step 'step1' (PastEventTimer.process at here.py:1): an event-time timer needs event "
+    fails(EventTimer(), "step 'step1' (EventTimer.process at here.py:1): an event-time timer needs event "
           "time, and this stream has none: declare it with .with_event_time('field', max_out_of_orderness) before "
           "key_by, or use a processing-time timer (key: 'k1', record: {'n': 1})", event_time=False)
 

@@ -357,14 +357,13 @@ class Stream:
         return KeyedStream(self.pipeline, node)
 
     def window(self, shape: WindowShape, *, trigger: Trigger | None = None, allowed_lateness: object = 0,
-               accumulation: str = "accumulating", parallelism: int = 8, name: str | None = None) -> WindowedStream:
+               accumulation: str = "accumulating", name: str | None = None) -> WindowedStream:
         """Group the whole stream (one group) into windows.
         ``trigger`` (default: on time when the watermark passes the end),
         ``allowed_lateness`` (late records still update a window this long after its end, each firing a
-        late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy;
-        ``parallelism`` is the number of operator instances when the window needs a stateful processor."""
+        late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy."""
         emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
-        return WindowedStream(self, shape, (), name, user_location(), emission, parallelism)
+        return WindowedStream(self, shape, (), name, user_location(), emission)
 
     def join(self, table: Table, on: str | list[str], *, how: str = "inner", name: str | None = None) -> Stream:
         """Enrich each record with the row of a static table that has the same ``on`` fields."""
@@ -480,47 +479,40 @@ class KeyedStream(Stream):
         return self._follow(RollingAggregateNode(step, (self.node.name,), where, self.node.schema, keys=self.keys,
                                                  reduce_fn=fn))
 
-    def process(self, fn: KeyedProcessFunction, *, schema: Any, parallelism: int = 8,
-                name: str | None = None) -> Stream:
+    def process(self, fn: KeyedProcessFunction, *, schema: Any, name: str | None = None) -> Stream:
         """Run ``fn``, a :class:`~headrace.KeyedProcessFunction` instance, on each key's records, with
         the state it declares and the timers it registers; ``schema`` gives the fields of the
-        records it emits. ``parallelism`` is the number of operator instances."""
+        records it emits. Each key's state is kept under its key in Spark's state store."""
         step = self.pipeline._name(name, "process")
         where = user_location()
         check_process_function(fn, step, where)
-        if not isinstance(parallelism, int) or parallelism < 1:
-            raise step_error(step, where, f"parallelism must be a positive number of instances, got {parallelism!r}")
         if schema is None:
             raise step_error(step, where, "give the fields of the records the function emits: schema={'field': "
                                           "'type', ...}, a DDL string, a dataclass or a TypedDict")
         _check_not_aggregated(self, step, where)
         output = schema_of(schema, f"step '{step}' ({where}) schema")
-        return self._follow(KeyedProcessNode(step, (self.node.name,), where, output, fn=fn, parallelism=parallelism))
+        return self._follow(KeyedProcessNode(step, (self.node.name,), where, output, fn=fn))
 
     def window(self, shape: WindowShape, *, trigger: Trigger | None = None, allowed_lateness: object = 0,
-               accumulation: str = "accumulating", parallelism: int = 8, name: str | None = None) -> WindowedStream:
+               accumulation: str = "accumulating", name: str | None = None) -> WindowedStream:
         """Group each key's records into windows.
         ``trigger`` (default: on time when the watermark passes the end),
         ``allowed_lateness`` (late records still update a window this long after its end, each firing a
-        late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy;
-        ``parallelism`` is the number of operator instances when the window needs a stateful processor."""
+        late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy."""
         emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
-        return WindowedStream(self, shape, self.keys, name, user_location(), emission, parallelism)
+        return WindowedStream(self, shape, self.keys, name, user_location(), emission)
 
 
 class WindowedStream:
     """A keyed (or whole) stream grouped into event-time windows; aggregate it to get a stream."""
 
     def __init__(self, stream: Stream, shape: WindowShape, keys: tuple[str, ...], name: str | None,
-                 where: str, emission: Emission | None = None, parallelism: int = 8) -> None:
+                 where: str, emission: Emission | None = None) -> None:
         if not isinstance(shape, WindowShape):
             raise PlanError(f"window ({where}): expected hr.Tumbling, hr.Sliding, hr.Session, hr.Count or "
                             f"hr.Global, got {shape!r}")
-        if not isinstance(parallelism, int) or parallelism < 1:
-            raise PlanError(f"window ({where}): parallelism must be a positive number of instances, got "
-                            f"{parallelism!r}")
         self.stream, self.shape, self.keys, self.name, self.where = stream, shape, keys, name, where
-        self.emission, self.parallelism = emission or Emission(), parallelism
+        self.emission = emission or Emission()
         timeless = isinstance(shape, Count) or isinstance(self.emission.trigger, CountTrigger)
         if isinstance(shape, Count) and not self.emission.is_default():
             raise PlanError(f"window ({where}): count windows fire every `slide` records; they take no trigger, "
@@ -544,14 +536,14 @@ class WindowedStream:
             raise step_error(step, self.where, f"emit must be 'final' or 'updates', got {emit!r}")
         _check_not_aggregated(stream, step, self.where)
         checked = _check_aggs(stream, step, self.where, aggs, (*self.keys, "window_start", "window_end"))
-        schema = _aggregate_schema(stream, checked, windowed=True)
+        panes = isinstance(self.shape, (Count, Global)) or not self.emission.is_default()
+        schema = _aggregate_schema(stream, checked, windowed=True, panes=panes)
         if emit == "updates" and not self.emission.is_default():
             raise step_error(step, self.where, "emit='updates' is Spark's update mode for default windows; with a "
                                                "trigger, lateness or discarding panes the panes are the updates: "
                                                "use emit='final'")
         return self._finish(WindowAggregateNode(step, (stream.node.name,), self.where, schema, keys=self.keys,
-                                                window=self.shape, aggs=checked, emit=emit, emission=self.emission,
-                                                parallelism=self.parallelism))
+                                                window=self.shape, aggs=checked, emit=emit, emission=self.emission))
 
     def count(self, *, emit: str = "final") -> WindowResult:
         return self.aggregate(emit=emit, count=Agg("count"))
@@ -593,7 +585,7 @@ class WindowedStream:
                   ("pane_index", "long"), *results)
         return self._finish(WindowAggregateNode(step, (stream.node.name,), self.where, output, keys=self.keys,
                                                 window=self.shape, emission=self.emission, function=kind, fn=fn,
-                                                parallelism=self.parallelism, result_schema=results))
+                                                result_schema=results))
 
     def _finish(self, node: WindowAggregateNode) -> WindowResult:
         return WindowResult(self.stream.pipeline, self.stream._add(node))
@@ -664,7 +656,10 @@ def _check_aggs(stream: Stream, step: str, where: str, aggs: dict[str, Agg],
     return tuple(aggs.items())
 
 
-def _aggregate_schema(stream: Stream, aggs: tuple[tuple[str, Agg], ...], windowed: bool = False) -> Schema | None:
+def _aggregate_schema(stream: Stream, aggs: tuple[tuple[str, Agg], ...], windowed: bool = False,
+                      panes: bool = False) -> Schema | None:
+    """The output fields of an aggregate: the keys, the window bounds and, for windows with
+    triggers, lateness or discarding (``panes``), each pane's kind and index, then the aggregates."""
     keys = stream.node.keys or ()
     if stream.node.schema is None:
         return None
@@ -672,6 +667,8 @@ def _aggregate_schema(stream: Stream, aggs: tuple[tuple[str, Agg], ...], windowe
     out = [(k, types.get(k, UNKNOWN)) for k in keys]
     if windowed:
         out += [("window_start", "timestamp"), ("window_end", "timestamp")]
+    if panes:
+        out += [("pane_kind", "string"), ("pane_index", "long")]
     for name, agg in aggs:
         out.append((name, result_type(agg, types.get(agg.column) if agg.column else None) or UNKNOWN))
     return tuple(out)

@@ -94,14 +94,13 @@ def lowering_of(plan: Plan) -> dict[str, str]:
             operator = "session_window" if node.window.to_json()["kind"] == "session" else "window"
             mode = "append" if node.emit == "final" else "update"
             described[node.name] = (
-                f"stateful processor (transformWithStateInPandas, {node.parallelism} instances, event-time timers) "
+                f"stateful processor (transformWithStateInPandas, state per key, event-time timers) "
                 f"because of {', '.join(reasons)}" if reasons else
                 f"native Spark {operator} aggregate, {mode} mode (its semantics match Spark's operator)")
         if isinstance(node, KeyedProcessNode):
-            timers = ("event-time timers of Spark wake each instance" if plan.nodes[node.inputs[0]].event_time
-                      else "no event time: timers are checked when an instance runs")
-            described[node.name] = (f"stateful processor (transformWithStateInPandas, {node.parallelism} instances, "
-                                    f"{timers})")
+            timers = ("event-time timers of Spark wake each key" if plan.nodes[node.inputs[0]].event_time
+                      else "no event time: timers are checked when their key runs")
+            described[node.name] = f"stateful processor (transformWithStateInPandas, state per key, {timers})"
         if isinstance(node, SinkNode):
             writer = node.connector.native_format if len(plan.sinks()) == 1 else None
             described[node.name] = (f"Spark's own {writer} streaming sink" if writer

@@ -176,14 +176,12 @@ class WindowAggregateNode(Node):
     emission: Emission = field(default_factory=Emission)
     function: str = "aggregates"  # aggregates, reduce, aggregate_function or process
     fn: Any = field(default=None, compare=False)
-    parallelism: int = 8
     result_schema: Schema | None = None  # the output fields of a reduce, aggregate or process function
 
     def params(self) -> dict[str, Any]:
         return {"window": self.window.to_json(), "aggs": {n: a.to_json() for n, a in self.aggs}, "emit": self.emit,
                 "emission": self.emission.to_json(), "function": self.function,
-                "fn": function_label(self.fn) if callable(self.fn) else type(self.fn).__name__ if self.fn else None,
-                "parallelism": self.parallelism}
+                "fn": function_label(self.fn) if callable(self.fn) else type(self.fn).__name__ if self.fn else None}
 
     def summary(self) -> str:
         if self.function == "aggregates":
@@ -216,14 +214,12 @@ class KeyedProcessNode(Node):
 
     kind: ClassVar[str] = "keyed_process"
     fn: Any = field(default=None, compare=False)
-    parallelism: int = 8
 
     def params(self) -> dict[str, Any]:
         from headrace.process import declared_state
 
         states = declared_state(type(self.fn))
-        return {"fn": type(self.fn).__name__, "state": {n: s.describe() for n, s in states.items()},
-                "parallelism": self.parallelism}
+        return {"fn": type(self.fn).__name__, "state": {n: s.describe() for n, s in states.items()}}
 
     def summary(self) -> str:
         states = ", ".join(f"{n} ({s})" for n, s in self.params()["state"].items()) or "no state"

@@ -6,13 +6,22 @@ import json
 import sys
 from typing import Any, TextIO
 
+DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sent to its dead letters
+LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
 
-def summarise(progress: dict[str, Any], dead_letter_metrics: list[str]) -> dict[str, Any]:
-    """The figures headrace shows, read from one Spark progress report."""
+
+def _observed(progress: dict[str, Any], prefix: str, field: str) -> int:
+    observed = progress.get("observedMetrics") or {}
+    return sum(int(row[field] or 0) for name, row in observed.items() if name.startswith(prefix) and row is not None)
+
+
+def summarise(progress: dict[str, Any], dead_letter_metrics: list[str] | None = None) -> dict[str, Any]:
+    """The figures headrace shows, read from one Spark progress report. Late records dropped
+    are Spark's (native windows) plus those the window processors report."""
     state_rows = sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", []))
     dropped = sum(op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", []))
-    observed = progress.get("observedMetrics") or {}
-    dead = sum(int(observed[m]["dead_letters"] or 0) for m in dead_letter_metrics if observed.get(m) is not None)
+    dropped += _observed(progress, LATE_METRIC_PREFIX, "late_dropped")
+    dead = _observed(progress, DEAD_LETTER_METRIC_PREFIX, "dead_letters")
     return {
         "batch": progress.get("batchId"),
         "input_rows": progress.get("numInputRows", 0),

@@ -39,12 +39,13 @@ from headrace.plan.nodes import (
     WindowAggregateNode,
     function_label,
 )
+from headrace.runtime.progress import DEAD_LETTER_METRIC_PREFIX, LATE_METRIC_PREFIX
 from headrace.schema import to_ddl
 from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec, arrow_schema
 from headrace.spark.process import lower_keyed_process
 from headrace.spark.rolling import reduce_per_key
-from headrace.spark.windows import lower_window_processor, window_late_records, window_panes
+from headrace.spark.windows import OUTPUT_KIND, lower_window_processor, window_late_records, window_panes
 
 Handler = Callable[[Any, "Lowering"], DataFrame]
 HANDLERS: dict[str, Handler] = {}
@@ -86,7 +87,7 @@ class Lowering:
         node = self.plan.nodes[name]
         if isinstance(node, WindowAggregateNode) and window_needs_processor(self.plan, node):
             self.raw_windows[name] = df
-            df = window_panes(df)
+            df = window_panes(df, node.schema)
         self.frames[name] = df
 
     def frame(self, name: str) -> DataFrame:
@@ -209,7 +210,7 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
           .options(**node.connector.options(), **context.options()).load())
     if node.connector.emits_dead_letters:
         lowering.raw_sources[node.name] = df
-        metric = f"hr_dead_letters_{node.name}"
+        metric = f"{DEAD_LETTER_METRIC_PREFIX}{node.name}"
         lowering.dead_letter_metrics.append(metric)
         df = df.observe(metric, F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters"))
         df = df.filter(F.col(DEAD_COLUMNS[1]).isNull()).drop(*DEAD_COLUMNS)
@@ -339,8 +340,10 @@ def lower_rolling(node: RollingAggregateNode, lowering: Lowering) -> DataFrame:
 def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
     if window_needs_processor(lowering.plan, node):
         raw = lower_window_processor(node, lowering.input(node), lowering.plan)
+        late = F.count(F.when(F.col(OUTPUT_KIND) == "late", 1)).alias("late_dropped")
+        raw = raw.observe(f"{LATE_METRIC_PREFIX}{node.name}", late)
         lowering.raw_windows[node.name] = raw
-        return window_panes(raw)
+        return window_panes(raw, node.schema)
     df = without_control(lowering.input(node))
     shape = node.window.to_json()
     event_time = F.col(f"`{node.event_time or lowering.plan.nodes[node.inputs[0]].event_time}`")

@@ -1,19 +1,18 @@
 """The keyed process step on Spark's ``transformWithStateInPandas`` with the RocksDB state store.
 
-As for windows (``headrace/spark/windows.py``), records are grouped by operator instance (a
-stable hash of the key modulo ``parallelism``) and each instance keeps the
-:class:`~headrace.process.ProcessState` of all its keys in one value-state cell, loaded and
-stored once per micro-batch, so Spark checkpoints it with the batch. When the stream has
-event time, one Spark event-time timer per instance wakes it for its earliest event-time
-timer. Spark's processing-time mode is not used: it runs a micro-batch after every
-micro-batch, forever, so a bounded input would never settle; processing-time timers are
-checked whenever an instance runs. Processing time is the micro-batch's timestamp (Spark
-keeps it on a replay), or the test clock when a ``TestSource`` feeds the pipeline.
+Grouped by the step's key (``headrace/spark/stateful.py``): each key keeps its own
+:class:`~headrace.process.ProcessState` (its state cells and timers) under its key. When the
+stream has event time, one Spark event-time timer per key wakes it for its earliest
+event-time timer. Spark's processing-time mode is not used: it cannot be combined with
+event-time timers; processing-time timers fire when their key next runs (a record or an
+event-time timer of the key) once processing time has passed them. Processing time is the
+micro-batch's timestamp (Spark keeps it on a replay), or the test clock when a
+``TestSource`` feeds the pipeline. When every declared state has a time-to-live, Spark's own
+TTL evicts the state of a key that goes quiet, so keys that stop coming cost nothing.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,28 +23,39 @@ from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.plan.nodes import function_label
-from headrace.process import EVENT_TIME, ProcessLogic, ProcessState, to_watermark
+from headrace.process import EVENT_TIME, ProcessLogic, ProcessState, declared_state, to_watermark
 from headrace.schema import to_ddl
-from headrace.spark.windows import INSTANCE, TIME, output_frame, prepare_input, read_input, uses_test_clock
+from headrace.spark.stateful import (
+    GROUP,
+    INTEGER_TYPES,
+    SEQUENCE,
+    TIME,
+    KeyCell,
+    clock_keys,
+    exact_integers,
+    group_frame,
+    grouping_columns,
+    key_value,
+    output_frame,
+    prepare_input,
+    read_group,
+    uses_test_clock,
+)
 
 NOW = "_hr_now"
 
 
 class KeyedProcessDriver(StatefulProcessor):
-    """Feeds one instance's micro-batch, or its timer, to the process function."""
+    """Feeds one key's records of a micro-batch, or its timer, to the process function."""
 
-    def __init__(self, logic: ProcessLogic, keys: list[str], value_fields: list[str], event_time: str | None,
-                 columns: list[str], test_clock: bool) -> None:
+    def __init__(self, logic: ProcessLogic, keys: list[str], value_fields: list[str], integers: frozenset[str],
+                 event_time: str | None, columns: list[str], test_clock: bool, ttl_ms: int | None) -> None:
         self.logic, self.keys, self.value_fields, self.event_time = logic, keys, value_fields, event_time
-        self.columns, self.test_clock = columns, test_clock
+        self.integers, self.columns, self.test_clock, self.ttl_ms = integers, columns, test_clock, ttl_ms
         self.timestamps = [f for f, kind in logic.output if kind == "timestamp"]
 
     def init(self, handle: Any) -> None:
-        self.handle = handle
-        self.cell = handle.getValueState("process_state", "state binary")
-
-    def _load(self) -> ProcessState:
-        return pickle.loads(self.cell.get()[0]) if self.cell.exists() else ProcessState()
+        self.cell = KeyCell(handle, "process_state", self.ttl_ms)
 
     def _clock(self, state: ProcessState, timer_values: Any, batch_time: int) -> int:
         if self.test_clock:
@@ -53,51 +63,62 @@ class KeyedProcessDriver(StatefulProcessor):
         return max(timer_values.getCurrentProcessingTimeInMs(), batch_time, 0)  # Spark gives -1 without event time
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[pd.DataFrame]:
-        state = self._load()
-        records: list[tuple[Any, int | None, dict[str, Any]]] = []
-        batch_time = 0
-        for frame in rows:
-            read, clock = read_input(frame, self.columns, self.keys, self.value_fields, untimed=None)
-            batch_time = max(batch_time, int(frame[NOW].max()))  # read_input named the columns
-            records.extend(read)
-            if clock is not None and self.test_clock:
-                state.clock = max(state.clock, clock)
-        yield self._run(state, records, timerValues, batch_time)
+        state = self.cell.load() or ProcessState()
+        frame = group_frame(rows, self.columns)
+        records, clock = read_group(frame, self.value_fields, self.integers, key_value(key, self.keys), untimed=None)
+        batch_time = int(frame[NOW].max())
+        if clock is not None and self.test_clock:
+            state.clock = max(state.clock, clock)
+        out = self._run(state, list(records), timerValues, batch_time)
+        if out is not None:
+            yield out
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
-        yield self._run(self._load(), [], timerValues, 0)
+        state = self.cell.load(fired_timer=expiredTimerInfo.getExpiryTimeInMs())
+        if state is None:
+            return
+        out = self._run(state, [], timerValues, 0)
+        if out is not None:
+            yield out
 
-    def _run(self, state: ProcessState, records: list[Any], timer_values: Any, batch_time: int) -> pd.DataFrame:
+    def _run(self, state: ProcessState, records: list[Any], timer_values: Any, batch_time: int) -> pd.DataFrame | None:
         watermark, ended = (to_watermark(timer_values.getCurrentWatermarkInMs(), FLUSH_TIME_MS)
                             if self.event_time else (None, False))
         rows = self.logic.run(state, records, watermark, self._clock(state, timer_values, batch_time), ended)
-        self.cell.update((pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),))
-        self._wake(state)
-        return output_frame(rows, self.logic.fields, self.timestamps)
-
-    def _wake(self, state: ProcessState) -> None:
-        """Register the Spark timer of the instance's earliest event-time timer."""
-        if not self.event_time:
-            return  # Spark has no timers without event time (see the module's docstring)
-        upcoming = self.logic.next_timer(state, EVENT_TIME)
-        if upcoming is not None and upcoming not in set(self.handle.listTimers()):
-            self.handle.registerTimer(max(upcoming, 0))
+        upcoming = self.logic.next_timer(state, EVENT_TIME) if self.event_time else None
+        forget = not state.cells and not state.timers and not self.test_clock
+        self.cell.save(None if forget else state, upcoming)
+        return output_frame(rows, self.logic.fields, self.timestamps) if rows else None
 
     def close(self) -> None:
         pass
+
+
+def _spark_ttl(fn: Any, test_clock: bool) -> int | None:
+    """Spark's TTL for a key's state: the longest declared TTL when every state has one (under the
+    test clock, headrace's own TTL on that clock is the only one)."""
+    ttls = [state.ttl_ms for state in declared_state(type(fn)).values()]
+    if test_clock or not ttls or any(t is None for t in ttls):
+        return None
+    return max(t for t in ttls if t is not None)
 
 
 def lower_keyed_process(node: Any, df: DataFrame, plan: Any) -> DataFrame:
     """The keyed process step as a stateful processor; returns its output records."""
     keyed = plan.nodes[node.inputs[0]]
     keys, event_time = list(keyed.keys or ()), keyed.event_time
-    prepared = prepare_input(df, keys, event_time, node.parallelism)
+    prepared = prepare_input(df, keys, event_time, clock_keys(plan, keys))
     prepared = prepared.withColumn(NOW, F.unix_millis(F.current_timestamp()))  # the batch's, kept on replay
-    hidden = {CONTROL_COLUMN, INSTANCE, TIME, NOW}
+    hidden = {CONTROL_COLUMN, TIME, NOW, SEQUENCE, GROUP}
     value_fields = [c for c in prepared.columns if c not in hidden]
+    types = dict(prepared.dtypes)
+    integers = frozenset(f for f in value_fields if types.get(f) in INTEGER_TYPES)
+    prepared = exact_integers(prepared, integers)
     label = function_label(type(node.fn).process)
     logic = ProcessLogic(node.name, node.fn, node.schema, event_time is not None, label)
-    driver = KeyedProcessDriver(logic, keys, value_fields, event_time, prepared.columns, uses_test_clock(plan))
-    return prepared.groupBy(INSTANCE).transformWithStateInPandas(
+    test_clock = uses_test_clock(plan)
+    driver = KeyedProcessDriver(logic, keys, value_fields, integers, event_time, prepared.columns, test_clock,
+                                _spark_ttl(node.fn, test_clock))
+    return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
         statefulProcessor=driver, outputStructType=to_ddl(node.schema), outputMode="Append",
         timeMode="EventTime" if event_time else "None")

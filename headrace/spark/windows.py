@@ -2,14 +2,12 @@
 lateness, discarding panes, late side output, custom window functions), on Spark's
 ``transformWithStateInPandas`` with the RocksDB state store.
 
-Operator instances are keys (DESIGN.md): records are grouped by a stable hash of their key
-modulo ``parallelism``; each instance keeps the :class:`~headrace.window_state.WindowState`
-of all its keys in one value-state cell, loaded and stored once per micro-batch, so state
-calls are batched per instance, not made per key. Control rows are copied to every
-instance: they carry the test clock of processing-time triggers. The watermark comes from
-Spark (``TimerValues``); an event-time timer per instance wakes it when the watermark
-reaches the next window end. The input's watermark column is dropped before the operator
-so that Spark does not discard late records itself: the operator judges lateness.
+Grouped by the step's key (``headrace/spark/stateful.py``): each key keeps its own
+:class:`~headrace.window_state.WindowState` under its key, and one Spark event-time timer
+wakes it when the watermark reaches its next window end or expiry. The watermark comes from
+Spark (``TimerValues``); the input's watermark column is replaced by a plain copy so that
+Spark does not discard late records itself: the operator judges lateness, and every record it
+drops is reported (the late side output, when one is attached, keeps them).
 """
 
 from __future__ import annotations
@@ -17,9 +15,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import pickle
 from collections.abc import Iterator
-from itertools import repeat
 from typing import Any
 
 import pandas as pd
@@ -29,10 +25,25 @@ from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.errors import StepFunctionError
+from headrace.schema import TYPE_ALIASES
+from headrace.spark.stateful import (
+    GROUP,
+    INTEGER_TYPES,
+    SEQUENCE,
+    TIME,
+    KeyCell,
+    clock_keys,
+    exact_integers,
+    group_frame,
+    grouping_columns,
+    key_value,
+    output_frame,
+    prepare_input,
+    read_group,
+    uses_test_clock,
+)
 from headrace.window_state import Dropped, Fired, WindowLogic, WindowState
 
-INSTANCE = "_hr_instance"
-TIME = "_hr_t"
 OUTPUT_KIND = "_hr_output"
 LATE_COLUMNS = ("late_step", "late_key", "late_event_time", "late_window_start", "late_window_end", "late_record")
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -48,53 +59,18 @@ def _timestamp(ms: int | None) -> Any:
     return None if ms is None else pd.Timestamp(ms, unit="ms", tz="UTC")
 
 
-def _records(data: pd.DataFrame, fields: list[str]) -> list[dict[str, Any]]:
-    """``data[fields].to_dict("records")`` (the same dicts, Python scalars), built a column at a time."""
-    if not fields:
-        return [{} for _ in range(len(data))]
-    columns = data[fields].to_dict("list")
-    return [dict(zip(fields, row)) for row in zip(*columns.values())]
-
-
-def read_input(frame: pd.DataFrame, columns: list[str], keys: list[str], value_fields: list[str],
-               untimed: Any) -> tuple[Iterator[tuple[Any, Any, dict[str, Any]]], int | None]:
-    """One pandas frame of an instance's input (``prepare_input``): its data rows as (key, event
-    time in ms or ``untimed``, record), and the test clock its control rows move to, if any."""
-    frame.columns = columns  # pandas conversion renames columns that start with "_"
-    controls = frame[CONTROL_COLUMN]
-    control = controls.notna()
-    data = frame.loc[~control] if control.any() else frame
-    records = _records(data, value_fields)
-    if not keys:
-        key_values: Any = repeat(())  # a step over the whole stream: one group
-    elif len(keys) == 1:
-        key_values = data[keys[0]].tolist()
-    else:
-        key_values = zip(*(data[k].tolist() for k in keys))
-    times = (int(t) for t in data[TIME].tolist()) if TIME in columns else repeat(untimed)
-    clocks = controls[controls < 0]  # the test kit's clock rows, see clock_control
-    clock = int(-clocks.min() - 1) if len(clocks) else None
-    return zip(key_values, times, records), clock
-
-
-def output_frame(rows: list[Any], columns: list[str], timestamps: list[str]) -> pd.DataFrame:
-    """The pandas frame a stateful processor yields: nulls as None, timestamps in UTC."""
-    frame = pd.DataFrame(rows, columns=columns, dtype=object)
-    frame = frame.astype(object).where(frame.notna(), None)
-    for name in timestamps:
-        frame[name] = pd.to_datetime(frame[name], utc=True)
-    return frame
-
-
 class WindowProcessor(StatefulProcessor):
-    """Drives one instance's WindowState through a micro-batch or a timer."""
+    """Drives one key's WindowState through its records of a micro-batch or a timer."""
 
     def __init__(self, step: str, logic: WindowLogic, keys: list[str], value_fields: list[str],
-                 result_fields: list[str], late_output: bool, event_time: str | None, columns: list[str],
+                 integers: frozenset[str], result_fields: list[str], event_time: str | None, columns: list[str],
                  test_clock: bool) -> None:
         self.step, self.logic, self.keys, self.event_time, self.columns = step, logic, keys, event_time, columns
-        self.value_fields, self.result_fields, self.late_output = value_fields, result_fields, late_output
+        self.value_fields, self.integers, self.result_fields = value_fields, integers, result_fields
         self.test_clock = test_clock
+
+    def init(self, handle: Any) -> None:
+        self.cell = KeyCell(handle, "window_state")
 
     def _wall_clock(self, state: WindowState, timer_values: Any, fired: list[Fired]) -> None:
         """Outside tests, processing time is the micro-batch's timestamp (the same on a replay)."""
@@ -102,54 +78,47 @@ class WindowProcessor(StatefulProcessor):
         if not self.test_clock and now > 0:
             self.logic.on_clock(state, now, fired)
 
-    def init(self, handle: Any) -> None:
-        self.handle = handle
-        self.cell = handle.getValueState("window_state", "state binary")
-
-    def _load(self) -> WindowState:
-        return pickle.loads(self.cell.get()[0]) if self.cell.exists() else WindowState()
-
-    def _store(self, state: WindowState, watermark: float) -> None:
-        self.cell.update((pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),))
-        if self.event_time is None:
-            return  # no event time: count windows and count triggers need no timer
-        upcoming = self.logic.next_event_time(state)
-        if upcoming is None and state.panes:
-            upcoming = FLUSH_TIME_MS  # a global window: it fires at the end of a bounded input
-        if upcoming is not None:
-            existing = set(self.handle.listTimers())
-            timer = int(max(upcoming, 0))
-            if timer not in existing:
-                self.handle.registerTimer(timer)
-
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[pd.DataFrame]:
         watermark = _watermark(timerValues.getCurrentWatermarkInMs())
-        state = self._load()
+        state = self.cell.load() or WindowState()
         fired: list[Fired] = []
         dropped: list[Dropped] = []
+        frame = group_frame(rows, self.columns)
+        records, clock = read_group(frame, self.value_fields, self.integers, key_value(key, self.keys), untimed=0)
         try:
             self.logic.on_watermark(state, watermark, fired)
             self._wall_clock(state, timerValues, fired)
-            for frame in rows:
-                records, clock = read_input(frame, self.columns, self.keys, self.value_fields, untimed=0)
-                self.logic.process(state, records, watermark, fired, dropped)
-                if clock is not None:
-                    self.logic.on_clock(state, clock, fired)
+            self.logic.process(state, records, watermark, fired, dropped)
+            if clock is not None:
+                self.logic.on_clock(state, clock, fired)
         except StepFunctionError:
             raise
         except Exception as exc:
             raise StepFunctionError(f"step '{self.step}' failed: {type(exc).__name__}: {exc}") from exc
-        self._store(state, watermark)
-        yield self._output(fired, dropped)
+        self._save(state)
+        if fired or dropped:
+            yield self._output(fired, dropped)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
-        watermark = _watermark(timerValues.getCurrentWatermarkInMs())
-        state = self._load()
+        state = self.cell.load(fired_timer=expiredTimerInfo.getExpiryTimeInMs())
+        if state is None:
+            return
         fired: list[Fired] = []
-        self.logic.on_watermark(state, watermark, fired)
+        self.logic.on_watermark(state, _watermark(timerValues.getCurrentWatermarkInMs()), fired)
         self._wall_clock(state, timerValues, fired)
-        self._store(state, watermark)
-        yield self._output(fired, [])
+        self._save(state)
+        if fired:
+            yield self._output(fired, [])
+
+    def _save(self, state: WindowState) -> None:
+        upcoming = None
+        if self.event_time is not None:  # without event time (count windows, count triggers) no timer
+            upcoming = self.logic.next_event_time(state)
+            if upcoming is None and state.panes:
+                upcoming = FLUSH_TIME_MS  # a global window: it fires at the end of a bounded input
+        # Under the test clock a key keeps the clock it has seen, so its state is kept.
+        forget = state.is_empty() and not self.test_clock
+        self.cell.save(None if forget else state, upcoming)
 
     def _output(self, fired: list[Fired], dropped: list[Dropped]) -> pd.DataFrame:
         rows: list[dict[str, Any]] = []
@@ -161,13 +130,12 @@ class WindowProcessor(StatefulProcessor):
                            pane_kind=pane.kind, pane_index=pane.pane, **{f: result.get(f) for f in self.result_fields})
                 row[OUTPUT_KIND] = "pane"
                 rows.append(row)
-        if self.late_output:
-            for late in dropped:
-                rows.append({OUTPUT_KIND: "late", "late_step": self.step, "late_key": str(late.key),
-                             "late_event_time": late.record.get(self.event_time) if self.event_time else None,
-                             "late_window_start": _timestamp(late.window_start),
-                             "late_window_end": _timestamp(late.window_end),
-                             "late_record": json.dumps(late.record, default=str, sort_keys=True)})
+        for late in dropped:  # always: the late records are counted, and kept if a late output is attached
+            rows.append({OUTPUT_KIND: "late", "late_step": self.step, "late_key": str(late.key),
+                         "late_event_time": late.record.get(self.event_time) if self.event_time else None,
+                         "late_window_start": _timestamp(late.window_start),
+                         "late_window_end": _timestamp(late.window_end),
+                         "late_record": json.dumps(late.record, default=str, sort_keys=True)})
         columns = [*self.keys, "window_start", "window_end", "pane_kind", "pane_index", *self.result_fields,
                    OUTPUT_KIND, *LATE_COLUMNS]
         return output_frame(rows, columns, ["window_start", "window_end", "late_event_time", "late_window_start",
@@ -177,39 +145,20 @@ class WindowProcessor(StatefulProcessor):
         pass
 
 
-def prepare_input(df: DataFrame, keys: list[str], event_time: str | None, parallelism: int) -> DataFrame:
-    """Add the instance and, with event time, the event time in ms; copy control rows (which
-    carry the test clock and the end of input) to every instance."""
-    if CONTROL_COLUMN not in df.columns:
-        df = df.withColumn(CONTROL_COLUMN, F.lit(None).cast("long"))
-    if event_time:
-        df = df.withColumn(TIME, F.unix_millis(F.col(f"`{event_time}`")))
-        # a plain copy, not the watermark column; control rows carry no event time (theirs can be year 9999)
-        plain = F.when(F.col(CONTROL_COLUMN).isNull(), F.timestamp_millis(F.col(TIME)))
-        df = df.drop(event_time).withColumn(event_time, plain)
-    instance = F.pmod(F.xxhash64(*[F.col(f"`{k}`") for k in keys]), F.lit(parallelism)) if keys else F.lit(0)
-    every = F.sequence(F.lit(0).cast("long"), F.lit(parallelism - 1).cast("long"))
-    instances = F.when(F.col(CONTROL_COLUMN).isNull(), F.array(instance.cast("long"))).otherwise(every)
-    return df.withColumn(INSTANCE, F.explode(instances))
-
-
-_SPARK_RESULT_TYPES = {"long": "bigint", "int": "int", "double": "double", "float": "float", "string": "string",
-                       "boolean": "boolean", "timestamp": "timestamp", "date": "date", "binary": "binary"}
-
-
 def _result_fields(node: Any, types: dict[str, str]) -> list[tuple[str, str]]:
-    """(name, Spark type) of the result columns of a window step."""
+    """(name, Spark type) of the result columns of a window step, as the plan types them (an
+    aggregate keeps its column's type: min of a timestamp is a timestamp)."""
     from headrace.aggregates import result_type
 
     if node.function == "aggregates":
+        planned = dict(node.schema or ())
         fields = []
         for name, agg in node.aggs:
-            input_type = {"bigint": "long", "int": "int", "double": "double", "float": "float"}.get(
-                types.get(agg.column or "", ""), "string" if agg.column else None)
-            fields.append((name, _SPARK_RESULT_TYPES.get(result_type(agg, input_type) or "double", "double")))
+            kind = planned.get(name) or result_type(agg, TYPE_ALIASES.get(types.get(agg.column or "", "")))
+            fields.append((name, kind if kind in TYPE_ALIASES else "double"))
         return fields
     assert node.result_schema is not None
-    return [(name, _SPARK_RESULT_TYPES[type_name]) for name, type_name in node.result_schema]
+    return list(node.result_schema)  # canonical type names are Spark DDL types too
 
 
 def _logic(node: Any, value_fields: list[str]) -> WindowLogic:
@@ -224,17 +173,12 @@ def _logic(node: Any, value_fields: list[str]) -> WindowLogic:
     return WindowLogic(node.window, node.emission, function)
 
 
-def uses_test_clock(plan: Any) -> bool:
-    """Processing time comes from the test kit's clock when a source says so (TestSource)."""
-    return any(getattr(source.connector, "test_clock", False) for source in plan.sources())
-
-
 def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
     """The window step as a stateful processor; returns its raw output (panes and late records)."""
     keys = list(node.keys or ())
     event_time = node.event_time or plan.nodes[node.inputs[0]].event_time
-    prepared = prepare_input(df, keys, event_time, node.parallelism)
-    hidden = {CONTROL_COLUMN, INSTANCE, TIME}
+    prepared = prepare_input(df, keys, event_time, clock_keys(plan, keys))
+    hidden = {CONTROL_COLUMN, TIME, SEQUENCE, GROUP}
     value_fields = [c for c in prepared.columns if c not in hidden]
     types = dict(prepared.dtypes)
     late = any(c.kind == "late_records" for c in plan.consumers(node.name))
@@ -244,25 +188,28 @@ def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
         read = {agg.column for _, agg in node.aggs if agg.column}
         value_fields = [c for c in value_fields if c in read]
     # Ship the processor only what it reads (each column costs per record in Spark's Python
-    # worker): the keys, the records' fields, the control column (it carries the test clock
-    # too), the event time in ms when there is one, and the instance.
-    needed = {*keys, *value_fields, CONTROL_COLUMN, INSTANCE, TIME}
+    # worker): the grouping columns, the records' fields, the control column (it carries the
+    # test clock), the event time in ms when there is one, and the sequence number.
+    needed = {*grouping_columns(keys), *value_fields, CONTROL_COLUMN, TIME, SEQUENCE}
     prepared = prepared.select(*[F.col(f"`{c}`") for c in prepared.columns if c in needed])
     results = _result_fields(node, types)
     columns = ([f"`{k}` {types[k]}" for k in keys] + ["window_start timestamp", "window_end timestamp",
                "pane_kind string", "pane_index bigint"] + [f"`{n}` {t}" for n, t in results]
                + [f"{OUTPUT_KIND} string", "late_step string", "late_key string", "late_event_time timestamp",
                   "late_window_start timestamp", "late_window_end timestamp", "late_record string"])
-    processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, [n for n, _ in results],
-                                late, event_time, prepared.columns, uses_test_clock(plan))
-    return prepared.groupBy(INSTANCE).transformWithStateInPandas(
+    integers = frozenset(f for f in value_fields if types.get(f) in INTEGER_TYPES)
+    prepared = exact_integers(prepared, integers)
+    processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, integers,
+                                [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan))
+    return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=", ".join(columns), outputMode="Append",
         timeMode="EventTime" if event_time else "None")
 
 
-def window_panes(raw: DataFrame) -> DataFrame:
-    """The panes of a window processor's output."""
-    return raw.filter(F.col(OUTPUT_KIND) == "pane").drop(OUTPUT_KIND, *LATE_COLUMNS)
+def window_panes(raw: DataFrame, schema: Any) -> DataFrame:
+    """The panes of a window processor's output, with the columns of the step's planned schema."""
+    panes = raw.filter(F.col(OUTPUT_KIND) == "pane").drop(OUTPUT_KIND, *LATE_COLUMNS)
+    return panes.select(*[F.col(f"`{name}`") for name, _ in schema]) if schema else panes
 
 
 def window_late_records(raw: DataFrame) -> DataFrame:
