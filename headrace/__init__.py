@@ -13,6 +13,7 @@ from headrace.aggregates import Agg, count, max, mean, min, sum
 from headrace.api.stream import KeyedStream, Pipeline, Stream, Table, WindowedStream, WindowResult
 from headrace.errors import (
     HeadraceError,
+    IncompatibleCheckpoint,
     PipelineFailed,
     PlanError,
     SetupError,
@@ -31,8 +32,8 @@ from headrace.windows import Count, Global, Session, Sliding, Tumbling
 __all__ = [
     "AfterDelay", "AfterWatermark", "AggregateFunction", "Context", "Count", "CountTrigger", "EveryN", "Global",
     "KeyedProcessFunction", "ListState", "MapState", "Timer", "ValueState", "WindowResult",
-    "Agg", "Expr", "HeadraceError", "KeyedStream", "Pipeline", "PipelineFailed", "PlanError", "RunResult",
-    "Session", "SetupError", "SinkError", "Sliding", "SourceError", "StepFunctionError", "Stream", "Table",
-    "Tumbling", "WindowedStream", "col", "count", "expr", "lit", "max", "mean", "min", "run", "sinks",
-    "sources", "sum",
+    "Agg", "Expr", "HeadraceError", "IncompatibleCheckpoint", "KeyedStream", "Pipeline", "PipelineFailed",
+    "PlanError", "RunResult", "Session", "SetupError", "SinkError", "Sliding", "SourceError", "StepFunctionError",
+    "Stream", "Table", "Tumbling", "WindowedStream", "col", "count", "expr", "lit", "max", "mean", "min", "run",
+    "sinks", "sources", "sum",
 ]

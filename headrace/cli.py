@@ -57,7 +57,43 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.target)
+    if args.against_checkpoint:
+        return explain_restart(pipeline, args)
     print(json.dumps(pipeline.to_json(), indent=2, default=str) if args.json else pipeline.explain())
+    return 0
+
+
+def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
+    """What a restart from the stored checkpoint would keep; 1 when it would be refused. No Spark."""
+    from headrace.runtime.checkpoints import has_batches, pipeline_root, read_plan
+    from headrace.runtime.compatibility import check_restart
+    from headrace.runtime.runner import default_state_dir
+
+    pipeline.plan.validate()
+    root = pipeline_root(args.state_dir or default_state_dir(), pipeline.name)
+    checkpoint = os.path.join(root, "checkpoint")
+    verdict = check_restart(pipeline.plan, root)
+    if verdict is None:
+        unchecked = has_batches(checkpoint) and read_plan(root) is None
+        why = ("the checkpoint was written before headrace stored plans: the restart is not checked" if unchecked
+               else "no checkpoint with a batch in it: a run starts from the beginning")
+        report: dict[str, Any] = {"pipeline": pipeline.name, "checkpoint": checkpoint,
+                                  "restart": "unchecked" if unchecked else "fresh", "message": why}
+        print(json.dumps(report, indent=2) if args.json else f"pipeline {pipeline.name!r} ({checkpoint}): {why}")
+        return 0
+    print(json.dumps(verdict.to_json(), indent=2, ensure_ascii=False) if args.json else "\n".join(verdict.lines()))
+    return 0 if verdict.allowed else 1
+
+
+def cmd_rescale(args: argparse.Namespace) -> int:
+    from headrace.runtime.rescale import rescale
+
+    pipeline = load_pipeline(args.target)
+    before = rescale(pipeline, args.partitions, state_dir=args.state_dir, master=args.master)
+    report = {"pipeline": pipeline.name, "partitions_before": before, "partitions": args.partitions}
+    print(json.dumps(report) if args.json else
+          f"{pipeline.name}: state rescaled from {before} to {args.partitions} partitions; the next run continues "
+          "from it")
     return 0
 
 
@@ -107,10 +143,27 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_run)
 
     explain = commands.add_parser("explain", help="print the DAG, its lowering to Spark and its guarantee",
-                                  description="Print a pipeline's plan without running it.")
+                                  description="Print a pipeline's plan without running it; with "
+                                              "--against-checkpoint, what a restart from its checkpoint would keep.")
     explain.add_argument("target", metavar="FILE[:PIPELINE]")
-    explain.add_argument("--json", action="store_true", help="the plan as JSON")
+    explain.add_argument("--json", action="store_true", help="the plan (or, with --against-checkpoint, the verdict) "
+                                                             "as JSON")
+    explain.add_argument("--against-checkpoint", action="store_true",
+                         help="say what a restart from the stored checkpoint would keep, without starting Spark; "
+                              "exit status 1 when it would be refused")
+    explain.add_argument("--state-dir", help="where checkpoints live (default: $HEADRACE_STATE_DIR or .headrace)")
     explain.set_defaults(handler=cmd_explain)
+
+    rescale = commands.add_parser("rescale", help="spread a stopped pipeline's keyed state over N partitions",
+                                  description="Rewrite a stopped pipeline's keyed state into N partitions (Spark's "
+                                              "offline state repartition); the next run continues with N parallel "
+                                              "state tasks and exactly the same results.")
+    rescale.add_argument("target", metavar="FILE[:PIPELINE]")
+    rescale.add_argument("partitions", metavar="N", type=int, help="the new number of state partitions")
+    rescale.add_argument("--state-dir", help="where checkpoints live (default: $HEADRACE_STATE_DIR or .headrace)")
+    rescale.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*])")
+    rescale.add_argument("--json", action="store_true", help="the result as JSON")
+    rescale.set_defaults(handler=cmd_rescale)
 
     demo = commands.add_parser("demo", help="run the Yahoo Streaming Benchmark pipeline on generated events",
                                description="Generated ad events -> views -> join campaigns -> count per campaign "

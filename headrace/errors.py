@@ -29,6 +29,12 @@ class SinkError(HeadraceError):
     """A sink could not write or commit a batch."""
 
 
+class IncompatibleCheckpoint(HeadraceError):
+    """A pipeline changed in a way its checkpoint cannot follow (a stateful step or a source
+    changed its identity); raised before Spark starts. The message names each step, what
+    changed and what to do."""
+
+
 class PipelineFailed(HeadraceError):
     """The Spark query behind a pipeline stopped with an error headrace did not raise itself."""
 

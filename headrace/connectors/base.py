@@ -95,6 +95,13 @@ class SourceConnector:
         """JSON-able description for explain and the plan's JSON."""
         return {"type": type(self).__name__, **self.options()}
 
+    def offset_identity(self) -> dict[str, Any]:
+        """The settings that fix what an offset means: which records a range of offsets
+        yields. A checkpoint's offsets are only valid for a source with the same identity
+        (``headrace/runtime/compatibility.py``). Default: every option; a connector narrows
+        it to what changes the records, leaving out knobs such as batch sizes."""
+        return dict(self.options())
+
     def prepare(self, context: SourceContext) -> None:  # noqa: B027 - optional hook
         """Called on the driver before the query starts (write fixtures, check paths)."""
 
@@ -102,10 +109,21 @@ class SourceConnector:
 class SinkConnector:
     """A sink. It writes each micro-batch through ``write_batch`` (Spark's foreachBatch),
     or, when it is a pipeline's only sink and ``native_format`` is set, through Spark's
-    own streaming writer of that format."""
+    own streaming writer of that format.
+
+    ``write_batch`` must read the whole batch (every row of every partition): Spark commits
+    the state of a batch's stateful operators only when the batch is run to its end, and
+    fails it otherwise (``STATE_STORE_COMMIT_VALIDATION_FAILED``). A sink that skips a batch
+    it committed before says so in ``committed``; the dispatcher then runs the batch itself
+    (``run_batch``) instead of calling ``write_batch``."""
 
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     native_format: str | None = None
+
+    def committed(self, batch_id: int) -> bool:
+        """Whether this sink has already committed ``batch_id`` (Spark replays the batch that
+        was running when a query died): then ``write_batch`` is not called for it."""
+        return False
 
     def write_batch(self, df: Any, batch_id: int) -> None:
         raise NotImplementedError
@@ -118,6 +136,12 @@ class SinkConnector:
 
     def prepare(self, run_dir: str) -> None:  # noqa: B027 - optional hook
         """Called on the driver before the query starts."""
+
+
+def run_batch(df: Any) -> None:
+    """Run a micro-batch's DataFrame to its end and discard its rows (Spark's ``noop`` writer),
+    so that its stateful operators commit their state although no sink reads it."""
+    df.write.format("noop").mode("overwrite").save()
 
 
 # Helpers shared by the Python data sources (they run in Spark's Python workers).

@@ -806,6 +806,12 @@ class FileSource(SourceConnector):
             "csv_header": str(self.csv_header).lower(),
         }
 
+    def offset_identity(self) -> dict[str, Any]:
+        """The offset lists file names: the directory, and how a file becomes records (format,
+        schema, CSV header), fix what it means. ``fail_fast`` does not."""
+        return {"path": self.path, "format": self.format, "schema": ", ".join(f"{n} {t}" for n, t in self.schema()),
+                "csv_header": self.csv_header}
+
     def describe(self) -> dict[str, Any]:
         return {
             "type": "FileSource", "path": self.path, "format": self.format,

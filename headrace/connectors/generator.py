@@ -440,6 +440,12 @@ class Generator(SourceConnector):
                 options[key] = str(value)
         return options
 
+    def offset_identity(self) -> dict[str, Any]:
+        """Event ``i`` is a function of kind, seed, rate and start time: these fix what offset
+        ``i`` yields. ``limit`` (only where the input ends; a change between bounded and
+        unbounded is checked apart), ``rows_per_batch`` and ``partitions`` do not."""
+        return {"kind": self.kind, "seed": self.seed, "rate": self.rate, "start_ms": self.start_ms}
+
     def describe(self) -> dict[str, Any]:
         return {
             "type": "Generator", "kind": self.kind, "rate": self.rate, "limit": self.limit,

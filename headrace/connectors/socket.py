@@ -312,6 +312,10 @@ class Socket(SourceConnector):
     def options(self) -> dict[str, str]:
         return {"host": self.host, "port": str(self.port), "connect_timeout": str(self.connect_timeout)}
 
+    def offset_identity(self) -> dict[str, Any]:
+        """The peer whose lines the offsets count; ``connect_timeout`` does not change them."""
+        return {"host": self.host, "port": self.port}
+
     def describe(self) -> dict[str, Any]:
         return {"type": "Socket", "host": self.host, "port": self.port,
                 "connect_timeout": self.connect_timeout, "guarantee": self.guarantee.value}

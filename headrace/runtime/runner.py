@@ -15,6 +15,7 @@ from typing import Any
 
 from headrace import config
 from headrace.errors import HeadraceError, PipelineFailed, raised_inside
+from headrace.runtime.compatibility import record_plan, verify_restart
 from headrace.runtime.progress import ProgressDisplay
 from headrace.runtime.session import get_session
 
@@ -66,6 +67,8 @@ class PipelineRun:
         from headrace.spark.compiler import compile_plan
         from headrace.spark.writer import start_query
 
+        root = str(Path(self.checkpoint).parent)
+        verify_restart(self.plan, root)  # before Spark starts: refuse a checkpoint this plan cannot continue
         spark = get_session(self.master)
         os.makedirs(self.run_dir, exist_ok=True)
         for leftover in ("stop", "exhausted"):
@@ -73,6 +76,7 @@ class PipelineRun:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         try:
             self.compiled = compile_plan(self.plan, spark, self.run_dir)
+            record_plan(self.plan, root)
             self.started_at = time.time()
             self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir, self.trigger_interval)
         except HeadraceError:
