@@ -23,8 +23,13 @@ MASTER = Setting("HEADRACE_MASTER", "local[*]", "Spark master URL: local[*], spa
 STATE_DIR = Setting("HEADRACE_STATE_DIR", ".headrace", "directory holding each pipeline's checkpoint and run files")
 SPARK_UI = Setting("HEADRACE_SPARK_UI", "0", "1 to start Spark's web UI (off by default)")
 SPARK_LOG_LEVEL = Setting("HEADRACE_SPARK_LOG_LEVEL", "ERROR", "Spark's log level (ERROR, WARN, INFO, DEBUG)")
+CACHE_DIR = Setting("HEADRACE_CACHE_DIR", "~/.cache/headrace",
+                    "where headrace keeps files it can rebuild (the JVM class archive)")
+JVM_CLASS_ARCHIVE = Setting("HEADRACE_JVM_CLASS_ARCHIVE", "1",
+                            "1 to start Spark's JVM from a class archive written at the first clean exit "
+                            "(a driver starts about twice as fast)")
 
-ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL)
+ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL, CACHE_DIR, JVM_CLASS_ARCHIVE)
 
 
 def describe() -> str:

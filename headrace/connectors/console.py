@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from headrace.connectors.base import Guarantee, SinkConnector
@@ -44,7 +45,9 @@ class Console(SinkConnector):
         self._out = out
 
     def write_batch(self, df: Any, batch_id: int) -> None:
-        sample = df if self.limit is None else df.limit(self.limit + 1)
+        # Not df.limit(): it stops reading early, and Spark commits a batch's state only when the
+        # batch is read to its end. Every partition is read; each sends at most limit + 1 rows here.
+        sample = df if self.limit is None else df.mapInArrow(_first_rows(self.limit + 1), df.schema)
         table = sample.toArrow()
         rows = [[row[name] for name in table.column_names] for row in table.to_pylist()]
         more = self.limit is not None and len(rows) > self.limit
@@ -65,6 +68,18 @@ class Console(SinkConnector):
 
     def __repr__(self) -> str:
         return f"Console(limit={self.limit!r}, truncate={self.truncate!r})"
+
+
+def _first_rows(count: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A ``mapInArrow`` function that reads its whole partition and passes on its first ``count`` rows."""
+    def first(batches: Iterator[Any]) -> Iterator[Any]:
+        kept = 0
+        for batch in batches:  # read to the end, keep the head
+            if kept < count:
+                head = batch.slice(0, count - kept)
+                kept += head.num_rows
+                yield head
+    return first
 
 
 def format_value(value: Any, width: int | None) -> str:

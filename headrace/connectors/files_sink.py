@@ -28,7 +28,7 @@ import uuid
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from headrace.connectors.base import Guarantee, SinkConnector
+from headrace.connectors.base import Guarantee, SinkConnector, run_batch
 from headrace.errors import PlanError, SinkError
 
 FORMATS = {"parquet": "parquet", "jsonl": "json"}
@@ -130,11 +130,15 @@ class FileSink(SinkConnector):
         with open(marker, "w") as handle:
             handle.write(self.owner + "\n")
 
+    def committed(self, batch_id: int) -> bool:
+        return os.path.isdir(os.path.join(self.root, batch_dir_name(batch_id)))
+
     def write_batch(self, df: Any, batch_id: int) -> None:
         root = self.root
         final = os.path.join(root, batch_dir_name(batch_id))
         if os.path.isdir(final):
-            return  # committed before: Spark is replaying this batch
+            run_batch(df)  # committed before: Spark is replaying this batch and needs it run all the same
+            return
         if os.path.isdir(os.path.join(root, MANIFEST)):
             raise SinkError(
                 f"FileSink({self.path!r}): the directory holds Spark's streaming file-sink layout "

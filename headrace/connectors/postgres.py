@@ -3,7 +3,8 @@
 The commit table ``headrace_sink_commits(sink, batch_id, committed_at)``
 records every batch a sink has committed; the rows of a batch and its record
 are written in the same transaction, and a batch whose record exists is
-skipped, so a batch Spark replays after a failure adds nothing. Rows are
+skipped (``committed``; the claim of the batch id inside the transaction makes
+sure of it), so a batch Spark replays after a failure adds nothing. Rows are
 loaded with ``COPY`` into a temporary table and moved into the target with one
 ``INSERT ... SELECT`` (``ON CONFLICT (key) DO UPDATE`` when a key is given).
 """
@@ -252,11 +253,14 @@ class Postgres(SinkConnector):
 
     # -- writing ------------------------------------------------------------
 
+    def committed(self, batch_id: int) -> bool:
+        return self.is_committed(batch_id)
+
     def write_batch(self, df: Any, batch_id: int) -> None:
+        # The batch is read in full even when it turns out to be committed (Spark needs that to
+        # commit its state); the dispatcher skips committed batches before calling this.
         columns = list(df.columns)
         self._check_columns(columns)
-        if self.is_committed(batch_id):
-            return  # Spark is replaying a batch this sink committed: skip it before computing it
         schema = df.schema
         data = df.toArrow()
         psycopg = _psycopg()
@@ -267,7 +271,7 @@ class Postgres(SinkConnector):
                     f"INSERT INTO {COMMIT_TABLE} (sink, batch_id) VALUES (%s, %s) "
                     "ON CONFLICT DO NOTHING RETURNING batch_id", (self.name, batch_id)).fetchone()
                 if claimed is None:
-                    raise psycopg.Rollback()  # committed meanwhile by another attempt
+                    raise psycopg.Rollback()  # committed before (a replay) or meanwhile by another attempt
                 if self.create_table:
                     self._create_table(conn, schema)
                 self._check_target(conn, columns)

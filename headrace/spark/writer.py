@@ -9,12 +9,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from headrace.connectors.base import run_batch
 from headrace.errors import SinkError, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
@@ -58,17 +60,43 @@ def _bound(sink: SinkNode, owner: str) -> SinkNode:
     return replace(sink, connector=bind(f"{sink.name}/{owner}")) if bind else sink
 
 
-def _write(sink: SinkNode, df: DataFrame, batch_id: int) -> None:
-    try:
-        sink.connector.write_batch(df, batch_id)
-    except SinkError:
-        raise
-    except Exception as exc:
-        upstream = raised_inside(str(exc), only=("StepFunctionError", "SourceError"))
-        if upstream is not None:  # a step computing the batch failed, not the sink
-            raise upstream from None
-        raise SinkError(f"sink '{sink.name}' ({sink.defined_at}) failed to write batch {batch_id}: "
-                        f"{type(exc).__name__}: {exc}") from exc
+def _raise_for(sink: SinkNode, exc: Exception, doing: str) -> NoReturn:
+    if isinstance(exc, SinkError):
+        raise exc
+    upstream = raised_inside(str(exc), only=("StepFunctionError", "SourceError"))
+    if upstream is not None:  # a step computing the batch failed, not the sink
+        raise upstream from None
+    raise SinkError(f"sink '{sink.name}' ({sink.defined_at}) failed to {doing}: {type(exc).__name__}: {exc}") from exc
+
+
+def _deliver(sinks: list[SinkNode], batch: DataFrame, batch_id: int,
+             frame_of: Callable[[int, SinkNode], DataFrame]) -> None:
+    """Write a micro-batch to every sink that has not committed it yet.
+
+    Spark commits a batch's stateful operators only when the batch is read to its end (4.1+
+    fails it otherwise: STATE_STORE_COMMIT_VALIDATION_FAILED). A sink that writes reads its
+    rows in full; a batch that every sink committed before (Spark replays the batch a crash
+    interrupted) is run once into Spark's noop writer, so the restart goes on."""
+    written = 0
+    for index, sink in enumerate(sinks):
+        try:
+            if sink.connector.committed(batch_id):
+                continue
+        except Exception as exc:
+            _raise_for(sink, exc, f"check whether batch {batch_id} is committed")
+        try:
+            sink.connector.write_batch(frame_of(index, sink), batch_id)
+        except Exception as exc:
+            _raise_for(sink, exc, f"write batch {batch_id}")
+        written += 1
+    if not written:
+        try:
+            run_batch(batch)
+        except Exception as exc:
+            upstream = raised_inside(str(exc), only=("StepFunctionError", "SourceError"))
+            if upstream is not None:
+                raise upstream from None
+            raise
 
 
 def _same_stream(sinks: list[SinkNode]) -> Any:
@@ -76,8 +104,7 @@ def _same_stream(sinks: list[SinkNode]) -> Any:
         if len(sinks) > 1:
             df = df.persist()
         try:
-            for sink in sinks:
-                _write(sink, df, batch_id)
+            _deliver(sinks, df, batch_id, lambda _index, _sink: df)
         finally:
             if len(sinks) > 1:
                 df.unpersist()
@@ -122,8 +149,7 @@ def _from_root(plan: Plan, compiled: Any, root: str, sinks: list[SinkNode], run_
         try:
             per_batch = Lowering(plan, df.sparkSession, run_dir)
             per_batch.seed(root, df)
-            for sink in sinks:
-                _write(sink, per_batch.frame(sink.name), batch_id)
+            _deliver(sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
         finally:
             df.unpersist()
     return stream, dispatch
@@ -141,8 +167,8 @@ def _tagged(sinks: list[SinkNode], frames: dict[str, DataFrame]) -> tuple[DataFr
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
         try:
-            for index, sink in enumerate(sinks):
-                _write(sink, df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"), batch_id)
+            _deliver(sinks, df, batch_id,
+                     lambda index, _sink: df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"))
         finally:
             df.unpersist()
     return packed, dispatch

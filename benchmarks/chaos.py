@@ -1,0 +1,481 @@
+"""The chaos check: SIGKILL a stateful pipeline at random moments, restart it from its
+checkpoint each time, and verify that the sink holds exactly the right windows.
+
+    .venv/bin/python benchmarks/chaos.py --sink postgres --kills 3
+    .venv/bin/python benchmarks/chaos.py --sink files --kills 20 --seed 7
+
+The pipeline (a driver process of its own, started in a new session, so a kill takes the
+whole process group: Python, Spark's JVM and every Python worker)::
+
+    Generator("clicks", bounded, a fixed number of rows per micro-batch)
+      -> key_by(user_id) -> 10 ms tumbling event-time windows with allowed lateness
+         (Spark's transformWithStateInPandas, RocksDB state) -> count
+      -> PostgreSQL (foreachBatch, a transaction per batch) or Files (Spark's file sink)
+
+Each kill lands at a random moment after the restarted driver committed its first new
+batch; about a third of them wait for the moment the sink has committed a batch that
+Spark's commit log has not recorded yet (the batch is then replayed, and the sink must skip
+it). After the last kill the driver runs to the end of its input. The sink's rows are then
+compared with the windows computed here from the generator's events, without headrace.
+
+Recovery is the time from starting a driver again to the first batch it commits (a new file
+in ``<checkpoint>/commits/``). Besides one line per kill and a breakdown of where a restart's
+time goes, the command ends with exactly one line::
+
+    chaos kills=N recovered=N median_recovery_s=X max_recovery_s=Y verify=ok|FAILED
+
+and exits non-zero unless every restart recovered and the output verified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+WINDOW_MS = 10
+LATENESS_MS = 5
+OUT_OF_ORDER_MS = 2
+SINK_STEP = "out"
+RECOVERY_TIMEOUT_S = 300.0
+POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class Setup:
+    sink: str
+    work: str
+    name: str
+    events: int
+    rows_per_batch: int
+    seed: int
+
+    @property
+    def state_dir(self) -> str:
+        return os.path.join(self.work, "state")
+
+    @property
+    def checkpoint(self) -> Path:
+        return Path(self.state_dir) / self.name / "checkpoint"
+
+    @property
+    def files(self) -> str:
+        return os.path.join(self.work, "files")
+
+    @property
+    def table(self) -> str:
+        return self.name
+
+    def driver_args(self) -> list[str]:
+        return ["--sink", self.sink, "--work", self.work, "--name", self.name, "--events", str(self.events),
+                "--rows-per-batch", str(self.rows_per_batch), "--seed", str(self.seed)]
+
+
+# -- the pipeline, run by the driver process ---------------------------------------------------
+
+def build_pipeline(setup: Setup) -> Any:
+    import headrace as hr
+
+    p = hr.Pipeline(setup.name)
+    clicks = p.source("clicks", hr.sources.Generator("clicks", limit=setup.events, rows_per_batch=setup.rows_per_batch,
+                                                     seed=setup.seed),
+                      event_time="event_time", max_out_of_orderness=f"{OUT_OF_ORDER_MS}ms")
+    counts = (clicks.key_by("user_id")
+              .window(hr.Tumbling(f"{WINDOW_MS}ms"), allowed_lateness=f"{LATENESS_MS}ms").count()
+              .select("user_id", "window_start", "count"))
+    if setup.sink == "postgres":
+        counts.sink(SINK_STEP, hr.sinks.Postgres(setup.table, dsn=DSN))  # no key: a batch written twice shows
+    else:
+        counts.sink(SINK_STEP, hr.sinks.Files(setup.files, format="jsonl"))
+    return p
+
+
+def drive(setup: Setup, phases_file: str) -> int:
+    """Run the pipeline to the end of its input, noting when each start-up phase ends."""
+    def note(phase: str, **extra: Any) -> None:
+        with open(phases_file, "a") as out:
+            out.write(json.dumps({"phase": phase, "t": time.time(), **extra}) + "\n")
+
+    note("python")
+    from headrace.runtime.runner import PipelineRun
+    from headrace.runtime.session import get_session
+
+    pipeline = build_pipeline(setup)
+    note("imports")
+    get_session()
+    note("session")
+    run = PipelineRun(pipeline, state_dir=setup.state_dir, progress="quiet").start()
+    note("query")
+
+    def first_batch() -> None:
+        while run.query.isActive:
+            progress = run.query.recentProgress
+            if progress:
+                note("first_batch", batch=progress[0]["batchId"], durations=progress[0]["durationMs"])
+                return
+            time.sleep(POLL_S)
+    threading.Thread(target=first_batch, daemon=True).start()
+    run.wait()
+    return 0
+
+
+# -- watching the checkpoint and the sink ------------------------------------------------------
+
+def last_commit(setup: Setup) -> int:
+    """The last batch id in Spark's commit log (-1 when none)."""
+    try:
+        names = os.listdir(setup.checkpoint / "commits")
+    except FileNotFoundError:
+        return -1
+    return max((int(n) for n in names if n.isdigit()), default=-1)
+
+
+class SinkCommits:
+    """The last batch id the sink committed."""
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        self.conn: Any = None
+
+    def last(self) -> int:
+        if self.setup.sink == "files":  # Spark's file sink: one manifest file per committed batch
+            try:
+                names = os.listdir(os.path.join(self.setup.files, "_spark_metadata"))
+            except FileNotFoundError:
+                return -1
+            batches = [n.removesuffix(".compact") for n in names]
+            return max((int(b) for b in batches if b.isdigit()), default=-1)
+        import psycopg
+
+        if self.conn is None:
+            self.conn = psycopg.connect(DSN, autocommit=True)
+        try:
+            row = self.conn.execute("SELECT max(batch_id) FROM headrace_sink_commits WHERE sink LIKE %s",
+                                    (f"{SINK_STEP}/{self.setup.name}@%",)).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return -1
+        return -1 if row is None or row[0] is None else int(row[0])
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+# -- the chaos loop ----------------------------------------------------------------------------
+
+@dataclass
+class Driver:
+    """One driver process; its whole process group dies at once when killed."""
+
+    setup: Setup
+    number: int
+    proc: subprocess.Popen[bytes] = field(init=False)
+    started: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        work = Path(self.setup.work)
+        self.log = work / f"driver-{self.number}.log"
+        self.phases = work / f"phases-{self.number}.jsonl"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        command = [sys.executable, os.path.abspath(__file__), "--driver", "--phases", str(self.phases),
+                   *self.setup.driver_args()]
+        self.started = time.time()
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the process group, and the processes that left it (Spark's Python worker
+        daemon makes a group of its own): like a machine losing power."""
+        strays = _descendants(self.proc.pid)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+    def failure(self) -> str:
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-15:]
+        return f"driver {self.number} exited with status {self.proc.returncode}:\n  " + "\n  ".join(tail)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class ChaosFailed(Exception):
+    pass
+
+
+def wait_for(condition: Callable[[], bool], driver: Driver, what: str, timeout: float = RECOVERY_TIMEOUT_S) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if not driver.alive():
+            raise ChaosFailed(f"while waiting for {what}: {driver.failure()}")
+        if time.time() > deadline:
+            driver.kill()
+            raise ChaosFailed(f"no {what} after {timeout:.0f} s (driver {driver.number}, log {driver.log})")
+        time.sleep(POLL_S)
+
+
+def recover(driver: Driver, before: int) -> float:
+    """Seconds from the driver's start to its first newly committed batch."""
+    setup = driver.setup
+    wait_for(lambda: last_commit(setup) > before, driver, f"new commit after batch {before}")
+    return time.time() - driver.started
+
+
+def kill_somewhere(driver: Driver, rng: random.Random, sink: SinkCommits, between: bool, say: Callable) -> str:
+    """Kill the driver at a random moment, or, if ``between``, right after the sink committed a
+    batch that Spark's commit log does not have yet. Returns how the kill landed."""
+    setup = driver.setup
+    if between:
+        baseline = sink.last()
+        deadline = time.time() + RECOVERY_TIMEOUT_S
+        while driver.alive() and time.time() < deadline:
+            committed = sink.last()
+            if committed > baseline and committed > last_commit(setup):
+                driver.kill()
+                spark_last = last_commit(setup)
+                return (f"sink committed batch {committed}, Spark's commit log had {spark_last}"
+                        + ("" if spark_last < committed else " (too late: it caught up)"))
+            time.sleep(0.002)
+    else:
+        for _ in range(rng.randrange(3)):  # let 0 to 2 more batches commit
+            done = last_commit(setup)
+            wait_for(lambda done=done: last_commit(setup) > done, driver, "the next commit")
+        time.sleep(rng.uniform(0.0, 0.6))
+        if driver.alive():
+            committed = last_commit(setup)
+            driver.kill()
+            return f"at a random moment after batch {committed}"
+    return "not killed: the driver had finished"
+
+
+def phase_breakdown(work: str, restarts: int) -> list[str]:
+    """Median seconds of each start-up phase over the restarts (drivers 1..restarts)."""
+    steps = (("python", "process start to Python running"), ("imports", "imports and plan"),
+             ("session", "Spark session"), ("query", "compile, sink prepare, query start"),
+             ("first_batch", "first batch planned and started"))
+    spans: dict[str, list[float]] = {label: [] for _, label in steps}
+    spans["first batch run and committed"] = []
+    spans["trigger breakdown of the first batch (ms)"] = []
+    first_durations: list[dict[str, int]] = []
+    for number in range(1, restarts + 1):
+        path = Path(work) / f"phases-{number}.jsonl"
+        started_path = Path(work) / f"started-{number}"
+        if not path.exists() or not started_path.exists():
+            continue
+        marks = {m["phase"]: m for m in map(json.loads, path.read_text().splitlines())}
+        previous = float(started_path.read_text())
+        for phase, label in steps:
+            if phase in marks:
+                if phase == "first_batch":
+                    # the progress report arrives once the batch is done; its durations split it
+                    durations = marks[phase]["durations"]
+                    first_durations.append(durations)
+                    end = marks[phase]["t"] - durations.get("triggerExecution", 0) / 1000
+                else:
+                    end = marks[phase]["t"]
+                spans[label].append(end - previous)
+                previous = end
+        if "first_batch" in marks:
+            spans["first batch run and committed"].append(marks["first_batch"]["durations"]
+                                                         .get("triggerExecution", 0) / 1000)
+    lines = [f"  {label:<40} {statistics.median(values):6.2f} s" for label, values in spans.items() if values]
+    if first_durations:
+        keys = sorted({k for d in first_durations for k in d}, key=lambda k: -statistics.median(
+            [d.get(k, 0) for d in first_durations]))
+        lines.append("  first batch, Spark's durationMs (median): " + ", ".join(
+            f"{k} {statistics.median([d.get(k, 0) for d in first_durations]):.0f}" for k in keys))
+    return lines
+
+
+# -- verification ------------------------------------------------------------------------------
+
+def expected_windows(setup: Setup) -> Counter:
+    """(user, window start in ms, count) of every window, from the generator's events."""
+    from headrace.connectors.generator import generate
+
+    events = generate("clicks", 0, setup.events, seed=setup.seed)
+    users = events.column("user_id").to_pylist()
+    millis = [t // 1000 for t in events.column("event_time").cast("int64").to_pylist()]
+    counts = Counter((user, ms - ms % WINDOW_MS) for user, ms in zip(users, millis))
+    return Counter((user, start, n) for (user, start), n in counts.items())
+
+
+def written_windows(setup: Setup) -> Counter:
+    if setup.sink == "files":
+        import datetime
+
+        from headrace.connectors.files_sink import read_rows
+
+        def ms(value: str) -> int:
+            return int(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+        return Counter((r["user_id"], ms(r["window_start"]), r["count"]) for r in read_rows(setup.files, "jsonl"))
+    import psycopg
+
+    with psycopg.connect(DSN) as conn:
+        rows = conn.execute(f'SELECT user_id, window_start, count FROM "{setup.table}"').fetchall()
+    return Counter((user, int(start.timestamp() * 1000), n) for user, start, n in rows)
+
+
+def verify(setup: Setup, say: Callable[[str], None]) -> bool:
+    expected, written = expected_windows(setup), written_windows(setup)
+    missing, extra = expected - written, written - expected
+    say(f"verify: {sum(expected.values()):,} windows expected, {sum(written.values()):,} written, "
+        f"{sum(missing.values())} missing, {sum(extra.values())} extra or duplicated")
+    for label, rows in (("missing", missing), ("extra", extra)):
+        for row in sorted(rows)[:5]:
+            say(f"  {label}: {row}")
+    return not missing and not extra
+
+
+def cleanup(setup: Setup) -> None:
+    if setup.sink == "postgres":
+        import psycopg
+
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(f'DROP TABLE IF EXISTS "{setup.table}"')
+            conn.execute("DELETE FROM headrace_sink_commits WHERE sink LIKE %s", (f"{SINK_STEP}/{setup.name}@%",))
+
+
+# -- the command -------------------------------------------------------------------------------
+
+def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tuple[int, list[float], bool]:
+    rng = random.Random(seed)
+    between = set(rng.sample(range(kills), k=max(1, kills // 3))) if kills else set()
+    sink = SinkCommits(setup)
+    recoveries: list[float] = []
+    killed = 0
+    try:
+        driver = Driver(setup, 0)
+        wait_for(lambda: last_commit(setup) >= 0, driver, "the first commit")
+        say(f"driver 0 committed its first batch after {time.time() - driver.started:.1f} s")
+        for number in range(1, kills + 1):
+            landed = kill_somewhere(driver, rng, sink, (number - 1) in between, say)
+            if driver.alive() or driver.proc.returncode not in (-signal.SIGKILL, 0):
+                raise ChaosFailed(driver.failure())
+            if landed.startswith("not killed"):
+                say(f"kill {number}: {landed}; stopping the kills")
+                break
+            killed += 1
+            before = last_commit(setup)
+            driver = Driver(setup, number)
+            (Path(setup.work) / f"started-{number}").write_text(str(driver.started))
+            recovery = recover(driver, before)
+            recoveries.append(recovery)
+            say(f"kill {number}: {landed}; restarted, first new commit (batch {last_commit(setup)}) "
+                f"after {recovery:.1f} s")
+        wait_for(lambda: not driver.alive(), driver, "the end of the input", timeout=1800)
+    except ChaosFailed as exc:
+        say(f"FAILED: {exc}")
+        return killed, recoveries, False
+    finally:
+        sink.close()
+    if driver.proc.returncode != 0:
+        say(f"FAILED: {driver.failure()}")
+        return killed, recoveries, False
+    say("where a restart's time goes (median over the restarts):")
+    for line in phase_breakdown(setup.work, killed):
+        say(line)
+    return killed, recoveries, verify(setup, say)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sink", choices=["postgres", "files"], default="postgres")
+    parser.add_argument("--kills", type=int, default=3, help="how many times to SIGKILL the driver (default 3)")
+    parser.add_argument("--seed", type=int, default=1, help="seeds the kill moments and the generator")
+    parser.add_argument("--events", type=int, help="events to generate (default: enough for the kills)")
+    parser.add_argument("--rows-per-batch", type=int, default=1_000, help="events per micro-batch (default 1,000)")
+    parser.add_argument("--work", help="working directory (default: a new temporary one, removed at the end)")
+    parser.add_argument("--keep", action="store_true", help="keep the working directory and the table")
+    parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--name", help=argparse.SUPPRESS)
+    parser.add_argument("--phases", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.kills < 0 or args.rows_per_batch < 1:
+        parser.error("--kills must be >= 0 and --rows-per-batch >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.driver:
+        setup = Setup(args.sink, args.work, args.name, args.events, args.rows_per_batch, args.seed)
+        return drive(setup, args.phases)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    work = args.work or tempfile.mkdtemp(prefix="headrace-chaos-")
+    os.makedirs(work, exist_ok=True)
+    events = args.events or args.rows_per_batch * max(40, 4 * args.kills + 12)
+    setup = Setup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch, args.seed)
+    say(f"chaos: {events:,} events in batches of {args.rows_per_batch:,} into {args.sink}, "
+        f"{args.kills} kills, seed {args.seed}, work {work}")
+    try:
+        killed, recoveries, ok = chaos(setup, args.kills, args.seed, say)
+    finally:
+        if not args.keep:
+            try:
+                cleanup(setup)
+            except Exception as exc:  # noqa: BLE001 - a failed clean-up must not hide the result
+                say(f"clean-up failed: {exc}")
+            if not args.work:
+                shutil.rmtree(work, ignore_errors=True)
+    median = statistics.median(recoveries) if recoveries else 0.0
+    worst = max(recoveries, default=0.0)
+    ok = ok and killed == args.kills and len(recoveries) == killed
+    print(f"chaos kills={killed} recovered={len(recoveries)} median_recovery_s={median:.1f} "
+          f"max_recovery_s={worst:.1f} verify={'ok' if ok else 'FAILED'}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Install (if missing) and start the services the tests use: PostgreSQL on 127.0.0.1:5432,
+# user postgres, trust auth for local TCP connections. Safe to run any number of times.
+# Exits non-zero, saying why, when a service cannot be had (then its tests skip, or fail in CI).
+set -euo pipefail
+
+PG_PORT=5432
+MARK="# headrace: trust local TCP"
+
+say() { echo "services: $*" >&2; }
+
+pg_ready() {
+  psql -w -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tAc "select 1" >/dev/null 2>&1
+}
+
+install_postgres() {
+  if [ "$(id -u)" != 0 ]; then
+    say "PostgreSQL is not installed and this user is not root: cannot apt-get install postgresql"; return 1
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "PostgreSQL is not installed and there is no apt-get here: install a PostgreSQL server yourself"; return 1
+  fi
+  say "installing postgresql (apt-get)"
+  apt-get update -qq >/dev/null || { say "apt-get update failed"; return 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null \
+    || { say "apt-get install postgresql failed"; return 1; }
+}
+
+start_postgres() {
+  if pg_ready; then say "PostgreSQL is up on 127.0.0.1:$PG_PORT"; return 0; fi
+  if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    install_postgres || return 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    say "PostgreSQL is installed but not reachable on 127.0.0.1:$PG_PORT, and only root can start it here"; return 1
+  fi
+  local version
+  version=$(ls /usr/lib/postgresql | sort -V | tail -1)
+  # The cluster serving port 5432, else the 'main' cluster of the newest version (created if missing).
+  local cluster
+  cluster=$(pg_lsclusters -h 2>/dev/null | awk -v port="$PG_PORT" '$3 == port {print $1 "/" $2; exit}')
+  if [ -z "$cluster" ]; then
+    cluster="$version/main"
+    if ! pg_lsclusters -h 2>/dev/null | awk '{print $1 "/" $2}' | grep -qx "$cluster"; then
+      say "creating PostgreSQL cluster $cluster"
+      pg_createcluster --port "$PG_PORT" "$version" main >/dev/null || { say "pg_createcluster failed"; return 1; }
+    fi
+    pg_conftool "${cluster%/*}" "${cluster#*/}" set port "$PG_PORT"
+  fi
+  local ver=${cluster%/*} name=${cluster#*/}
+  pg_conftool "$ver" "$name" set listen_addresses localhost  # 127.0.0.1 and ::1
+  local hba="/etc/postgresql/$ver/$name/pg_hba.conf"
+  if ! grep -qF "$MARK" "$hba"; then  # first matching line wins: put ours first
+    { echo "$MARK"; echo "host all all 127.0.0.1/32 trust"; echo "host all all ::1/128 trust"; cat "$hba"; } \
+      > "$hba.headrace" && cat "$hba.headrace" > "$hba" && rm -f "$hba.headrace"
+  fi
+  if pg_ctlcluster "$ver" "$name" status >/dev/null 2>&1; then
+    pg_ctlcluster "$ver" "$name" restart || { say "pg_ctlcluster $ver $name restart failed"; return 1; }
+  else
+    pg_ctlcluster "$ver" "$name" start \
+      || { say "pg_ctlcluster $ver $name start failed; see /var/log/postgresql/postgresql-$ver-$name.log"; return 1; }
+  fi
+  for _ in $(seq 1 60); do
+    if pg_ready; then say "PostgreSQL $ver/$name is up on 127.0.0.1:$PG_PORT"; return 0; fi
+    sleep 0.5
+  done
+  say "PostgreSQL $ver/$name started but does not accept connections on 127.0.0.1:$PG_PORT after 30 s"
+  return 1
+}
+
+status=0
+start_postgres || status=1
+exit "$status"
