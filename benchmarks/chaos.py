@@ -227,6 +227,21 @@ class Driver:
         return f"driver {self.number} exited with status {self.proc.returncode}:\n  " + "\n  ".join(tail)
 
 
+def cpu_seconds(root: int) -> float:
+    """CPU seconds used so far by a process and all its descendants (dead ones its children
+    waited for included): unlike wall time, hardly changed by other load on the machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in [root, *_descendants(root)]:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15]) / tick  # utime stime cutime cstime
+    return total
+
+
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -261,11 +276,12 @@ def wait_for(condition: Callable[[], bool], driver: Driver, what: str, timeout: 
         time.sleep(POLL_S)
 
 
-def recover(driver: Driver, before: int) -> float:
-    """Seconds from the driver's start to its first newly committed batch."""
+def recover(driver: Driver, before: int) -> tuple[float, float]:
+    """Seconds from the driver's start to its first newly committed batch, and the CPU seconds
+    its processes used meanwhile."""
     setup = driver.setup
     wait_for(lambda: last_commit(setup) > before, driver, f"new commit after batch {before}")
-    return time.time() - driver.started
+    return time.time() - driver.started, cpu_seconds(driver.proc.pid)
 
 
 def kill_somewhere(driver: Driver, rng: random.Random, sink: SinkCommits, between: bool, say: Callable) -> str:
@@ -390,6 +406,7 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
     between = set(rng.sample(range(kills), k=max(1, kills // 3))) if kills else set()
     sink = SinkCommits(setup)
     recoveries: list[float] = []
+    cpus: list[float] = []
     killed = 0
     try:
         driver = Driver(setup, 0)
@@ -406,10 +423,11 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
             before = last_commit(setup)
             driver = Driver(setup, number)
             (Path(setup.work) / f"started-{number}").write_text(str(driver.started))
-            recovery = recover(driver, before)
+            recovery, cpu = recover(driver, before)
             recoveries.append(recovery)
+            cpus.append(cpu)
             say(f"kill {number}: {landed}; restarted, first new commit (batch {last_commit(setup)}) "
-                f"after {recovery:.1f} s")
+                f"after {recovery:.1f} s ({cpu:.1f} CPU-s, load average {os.getloadavg()[0]:.1f})")
         wait_for(lambda: not driver.alive(), driver, "the end of the input", timeout=1800)
     except ChaosFailed as exc:
         say(f"FAILED: {exc}")
@@ -419,6 +437,9 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
     if driver.proc.returncode != 0:
         say(f"FAILED: {driver.failure()}")
         return killed, recoveries, False
+    if cpus:
+        say(f"recovery CPU: median {statistics.median(cpus):.1f} CPU-s, max {max(cpus):.1f} CPU-s "
+            f"(driver, Spark's JVM and Python workers, from start to first new commit)")
     say("where a restart's time goes (median over the restarts):")
     for line in phase_breakdown(setup.work, killed):
         say(line)

@@ -78,9 +78,10 @@ class Config:
     keys: int = 10_000  # keys each measured micro-batch touches
     batches: int = 3  # measured micro-batches per size (after one unmeasured warm-up batch)
     kinds: tuple[str, ...] = KINDS
+    warmup: bool = True  # one unmeasured run of each kind first
 
 
-QUICK = Config(sizes=(100, 2_000), events=5_000, keys=500, batches=1)
+QUICK = Config(sizes=(100, 2_000), events=5_000, keys=500, batches=1, warmup=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -383,7 +384,7 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
             f"{', '.join(f'{s:,}' for s in config.sizes)}; 1 warm-up and {config.batches} measured batches each")
         # One unmeasured run of each kind first (JIT, Python workers, query planning code paths), so
         # that the smallest size, measured first, is not the one that pays for the session warming up.
-        for kind in config.kinds:
+        for kind in config.kinds if config.warmup else ():
             m = measure(spark, replace(config, batches=1), kind, min(config.sizes), workdir, lambda _: None)
             out(f"  warm-up run, {kind}, {m.size:,} keys held: {m.rate:,.0f} events/s (not counted)")
         for kind in config.kinds:
