@@ -56,7 +56,7 @@ WINDOW_MS = 10
 LATENESS_MS = 5
 OUT_OF_ORDER_MS = 2
 SINK_STEP = "out"
-RECOVERY_TIMEOUT_S = 300.0
+RECOVERY_TIMEOUT_S = 600.0
 POLL_S = 0.02
 
 
@@ -187,7 +187,7 @@ class Driver:
     """One driver process; its whole process group dies at once when killed."""
 
     setup: Setup
-    number: int
+    number: int | str
     proc: subprocess.Popen[bytes] = field(init=False)
     started: float = field(init=False)
 
@@ -276,15 +276,39 @@ def wait_for(condition: Callable[[], bool], driver: Driver, what: str, timeout: 
         time.sleep(POLL_S)
 
 
-def recover(driver: Driver, before: int) -> tuple[float, float]:
-    """Seconds from the driver's start to its first newly committed batch, and the CPU seconds
-    its processes used meanwhile."""
-    setup = driver.setup
-    wait_for(lambda: last_commit(setup) > before, driver, f"new commit after batch {before}")
-    return time.time() - driver.started, cpu_seconds(driver.proc.pid)
+# Spark gives a new Python worker a fixed 10 s to connect back and fails the query otherwise; on
+# an overloaded machine a driver's start can fail so. That is Spark's start-up, not a recovery
+# failure: such a driver is started again (the first start's time still counts).
+SPARK_START_TIMEOUT = "Python worker failed to connect back"
 
 
-def kill_somewhere(driver: Driver, rng: random.Random, sink: SinkCommits, between: bool, say: Callable) -> str:
+def start_and_wait(setup: Setup, number: int, condition: Callable[[], bool], what: str,
+                   say: Callable[[str], None], timeout: float = RECOVERY_TIMEOUT_S) -> tuple[Driver, float]:
+    """Start driver ``number`` and wait for ``condition``; returns it and when it was first started."""
+    first_start = 0.0
+    for attempt in range(4):
+        driver = Driver(setup, number if attempt == 0 else f"{number}-again{attempt}")
+        first_start = first_start or driver.started
+        try:
+            wait_for(condition, driver, what, timeout)
+            return driver, first_start
+        except ChaosFailed:
+            if driver.alive() or SPARK_START_TIMEOUT not in driver.log.read_text(errors="replace") or attempt == 3:
+                raise
+            say(f"driver {number}: {SPARK_START_TIMEOUT} within Spark's 10 s (load average "
+                f"{os.getloadavg()[0]:.1f}); starting it again")
+    raise AssertionError("unreachable")
+
+
+def recover(setup: Setup, number: int, before: int, say: Callable[[str], None]) -> tuple[Driver, float, float]:
+    """The restarted driver, the seconds from its start to its first newly committed batch, and
+    the CPU seconds its processes used meanwhile."""
+    driver, started = start_and_wait(setup, number, lambda: last_commit(setup) > before,
+                                     f"new commit after batch {before}", say)
+    return driver, time.time() - started, cpu_seconds(driver.proc.pid)
+
+
+def kill_somewhere(driver: Driver, rng: random.Random, sink: SinkCommits, between: bool) -> str:
     """Kill the driver at a random moment, or, if ``between``, right after the sink committed a
     batch that Spark's commit log does not have yet. Returns how the kill landed."""
     setup = driver.setup
@@ -408,12 +432,12 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
     recoveries: list[float] = []
     cpus: list[float] = []
     killed = 0
+    driver: Driver | None = None
     try:
-        driver = Driver(setup, 0)
-        wait_for(lambda: last_commit(setup) >= 0, driver, "the first commit")
-        say(f"driver 0 committed its first batch after {time.time() - driver.started:.1f} s")
+        driver, started = start_and_wait(setup, 0, lambda: last_commit(setup) >= 0, "the first commit", say)
+        say(f"driver 0 committed its first batch after {time.time() - started:.1f} s")
         for number in range(1, kills + 1):
-            landed = kill_somewhere(driver, rng, sink, (number - 1) in between, say)
+            landed = kill_somewhere(driver, rng, sink, (number - 1) in between)
             if driver.alive() or driver.proc.returncode not in (-signal.SIGKILL, 0):
                 raise ChaosFailed(driver.failure())
             if landed.startswith("not killed"):
@@ -421,19 +445,26 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
                 break
             killed += 1
             before = last_commit(setup)
-            driver = Driver(setup, number)
-            (Path(setup.work) / f"started-{number}").write_text(str(driver.started))
-            recovery, cpu = recover(driver, before)
+            (Path(setup.work) / f"started-{number}").write_text(str(time.time()))
+            driver, recovery, cpu = recover(setup, number, before, say)
             recoveries.append(recovery)
             cpus.append(cpu)
             say(f"kill {number}: {landed}; restarted, first new commit (batch {last_commit(setup)}) "
                 f"after {recovery:.1f} s ({cpu:.1f} CPU-s, load average {os.getloadavg()[0]:.1f})")
-        wait_for(lambda: not driver.alive(), driver, "the end of the input", timeout=1800)
+        for attempt in range(4):  # the last driver runs to the end of the input
+            wait_for(lambda last=driver: not last.alive(), driver, "the end of the input", timeout=1800)
+            if (driver.proc.returncode == 0 or attempt == 3
+                    or SPARK_START_TIMEOUT not in driver.log.read_text(errors="replace")):
+                break
+            say(f"the last driver: {SPARK_START_TIMEOUT} within Spark's 10 s; starting it again")
+            driver = Driver(setup, f"end-again{attempt + 1}")
     except ChaosFailed as exc:
         say(f"FAILED: {exc}")
         return killed, recoveries, False
     finally:
         sink.close()
+        if driver is not None and driver.alive():  # never leave a driver behind
+            driver.kill()
     if driver.proc.returncode != 0:
         say(f"FAILED: {driver.failure()}")
         return killed, recoveries, False

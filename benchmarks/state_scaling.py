@@ -29,16 +29,29 @@ events, and ``select(k=...)`` turns event ``i`` into the key:
   per key each, so each measured batch reads and writes the state of ``--keys`` existing keys
   while the store holds ``size + keys``.
 
+Before the measured sizes, one unmeasured run of each kind at the smallest size warms the
+session up (JIT, Python workers), so that the smallest size, measured first, does not pay for it.
+
 Throughput of a size = the measured batches' input rows / the sum of their
 ``durationMs.triggerExecution`` (Spark's progress reports; the preload and warm-up batches
 are left out). The state rows Spark reports (``stateOperators[].numRowsTotal``) are shown
-so the size held can be checked. Memory: a thread samples, every 0.25 s while a run lasts,
-the resident memory (VmRSS) of every process under Spark's JVM whose command line
-contains ``pyspark`` (the ``pyspark.daemon`` and its Python workers), and of the JVM; the
-table shows the largest while the measured batches ran, and the largest over the whole run.
+so the size held can be checked. A thread samples ``/proc`` every 0.25 s while a run lasts:
 
-The last line is ``state-scaling ratio=<x>``: throughput with the largest size held
-divided by throughput with the smallest, the lower of the two step kinds.
+* memory: the resident set (VmRSS) of the largest Python process under Spark's JVM (the
+  ``pyspark.daemon`` and the workers forked from it: the processors' workers and the
+  source's) and of the JVM; the table shows the largest while the measured batches ran,
+  and the largest worker over the whole run, preload included;
+* CPU: the CPU seconds of the JVM's threads and of its Python workers while the measured
+  batches ran, hence events per CPU-second, which other programs on a shared machine hardly
+  change; and the seconds those threads and workers spent runnable but waiting for a CPU
+  (``/proc/<pid>/schedstat``): when that grows between sizes, the machine's load, not the
+  state held, made the batches longer.
+
+The last line is ``state-scaling ratio=<x>``: throughput (events/s of wall clock) with the
+largest size held divided by throughput with the smallest, the lower of the two step kinds;
+above it, each kind's ratio, and the same per CPU-second. ``--verbose`` also prints the
+measured batches' ``durationMs`` parts and the state operators' metrics (RocksDB get and put
+latencies, commit times, ...), summed over the measured batches.
 """
 
 from __future__ import annotations
@@ -158,10 +171,21 @@ def _is_python_worker(pid: int) -> bool:
     return b"python" in os.path.basename(argv[0]) and any(b"pyspark" in arg or b"daemon" in arg for arg in argv)
 
 
-def scan(jvm_pid: int) -> tuple[float, float, float]:
-    """(largest Python worker RSS in MB, the JVM's RSS in MB, CPU seconds of the JVM and all its
-    descendants, reaped children included) for the processes under Spark's JVM."""
+def _waited(path: str) -> int:
+    """Nanoseconds a task has spent runnable but waiting for a CPU (``/proc/.../schedstat``)."""
+    try:
+        with open(path) as handle:
+            return int(handle.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def scan(jvm_pid: int) -> tuple[float, float, float, float, float]:
+    """(largest Python worker RSS in MB, the JVM's RSS in MB, CPU seconds of the JVM's own threads,
+    CPU seconds of all its descendants, reaped ones included: the Python workers, and the seconds
+    the JVM's threads and the live Python workers have waited for a CPU while runnable)."""
     stats: dict[int, tuple[int, int]] = {}  # pid -> (parent, CPU ticks)
+    jvm_own = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -171,27 +195,35 @@ def scan(jvm_pid: int) -> tuple[float, float, float]:
                 continue
             fields = text[text.rindex(")") + 2:].split()
             stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
+            if int(entry) == jvm_pid:
+                jvm_own = int(fields[11]) + int(fields[12])
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in stats.items():
         children.setdefault(parent, []).append(pid)
     workers: list[float] = []
-    ticks, todo = stats.get(jvm_pid, (0, 0))[1], list(children.get(jvm_pid, ()))
+    try:
+        waited = sum(_waited(f"/proc/{jvm_pid}/task/{tid}/schedstat") for tid in os.listdir(f"/proc/{jvm_pid}/task"))
+    except OSError:
+        waited = 0
+    ticks, todo = stats.get(jvm_pid, (0, 0))[1] - jvm_own, list(children.get(jvm_pid, ()))
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, ()))
         ticks += stats[pid][1]
         if _is_python_worker(pid):
             workers.append(_rss_mb(pid))
-    return max(workers, default=0.0), _rss_mb(jvm_pid), ticks / TICK
+            waited += _waited(f"/proc/{pid}/schedstat")
+    return max(workers, default=0.0), _rss_mb(jvm_pid), jvm_own / TICK, ticks / TICK, waited / 1e9
 
 
 class Sampler:
     """A thread noting, every ``interval`` s: the time, the largest Python worker's RSS, the JVM's
-    RSS, and the CPU seconds used so far by the JVM and its Python workers."""
+    RSS, the CPU seconds used so far by the JVM and by its Python workers, and the seconds they have
+    waited for a CPU."""
 
     def __init__(self, jvm_pid: int, interval: float = 0.25) -> None:
         self.jvm_pid, self.interval = jvm_pid, interval
-        self.samples: list[tuple[float, float, float, float]] = []
+        self.samples: list[tuple[float, float, float, float, float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -212,17 +244,18 @@ class Sampler:
 
     def largest(self, since: float = 0.0, until: float = math.inf) -> tuple[float, float]:
         """The largest worker RSS and JVM RSS (MB) sampled between ``since`` and ``until``."""
-        inside = [(w, j) for t, w, j, _ in self.samples if since <= t <= until]
-        inside = inside or [(w, j) for _, w, j, _ in self.samples]
+        inside = [(w, j) for t, w, j, *_ in self.samples if since <= t <= until]
+        inside = inside or [(w, j) for _, w, j, *_ in self.samples]
         return max((w for w, _ in inside), default=0.0), max((j for _, j in inside), default=0.0)
 
-    def cpu_seconds(self, since: float, until: float) -> float:
-        """CPU seconds used between ``since`` and ``until`` (the samples just outside them)."""
-        before = [c for t, _, _, c in self.samples if t <= since]
-        after = [c for t, _, _, c in self.samples if t >= until]
+    def cpu_seconds(self, since: float, until: float) -> tuple[float, float, float]:
+        """CPU seconds of the JVM and of the Python workers, and seconds they waited for a CPU, between
+        ``since`` and ``until`` (from the samples just outside them)."""
+        before = [sample[3:] for sample in self.samples if sample[0] <= since]
+        after = [sample[3:] for sample in self.samples if sample[0] >= until]
         if not before or not after:
-            return 0.0
-        return after[0] - before[-1]
+            return 0.0, 0.0, 0.0
+        return (after[0][0] - before[-1][0], after[0][1] - before[-1][1], max(0.0, after[0][2] - before[-1][2]))
 
 
 def jvm_pid(spark: SparkSession) -> int:
@@ -265,7 +298,9 @@ class Measurement:
     worker_mb: float  # largest Python worker RSS while the measured batches ran
     worker_mb_run: float  # ... over the whole run, preload included
     jvm_mb: float  # JVM RSS while the measured batches ran
-    cpu_seconds: float  # CPU of the JVM and its Python workers while the measured batches ran
+    cpu_jvm: float  # CPU seconds of the JVM while the measured batches ran
+    cpu_python: float  # ... and of its Python workers
+    waited: float  # seconds the JVM's threads and the Python workers waited for a CPU (other programs' load)
     batch_ms: list[int] = field(default_factory=list)  # each measured batch's triggerExecution
     durations: dict[str, int] = field(default_factory=dict)  # summed durationMs parts of the measured batches
     custom: dict[str, float] = field(default_factory=dict)  # summed state operator custom metrics (measured)
@@ -273,6 +308,10 @@ class Measurement:
     @property
     def rate(self) -> float:
         return self.events / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.cpu_jvm + self.cpu_python
 
     @property
     def cpu_rate(self) -> float:
@@ -323,10 +362,11 @@ def measure(spark: SparkSession, config: Config, kind: str, size: int, workdir: 
         kind, size, sum(int(r["numInputRows"]) for r in measured),
         sum(r["durationMs"]["triggerExecution"] for r in measured) / 1000,
         int(w["numInputRows"]) / (w["durationMs"]["triggerExecution"] / 1000), preload_s,
-        _state_rows(measured[-1]), worker_mb, worker_run, jvm_mb, sampler.cpu_seconds(start, end),
+        _state_rows(measured[-1]), worker_mb, worker_run, jvm_mb, *sampler.cpu_seconds(start, end),
         [int(r["durationMs"]["triggerExecution"]) for r in measured], durations, custom)
     out(f"  {kind:13} {size:>10,} keys held: {m.rate:>9,.0f} events/s measured "
-        f"({', '.join(f'{ms / 1000:.1f}' for ms in m.batch_ms)} s a batch), {m.cpu_rate:,.0f} events/CPU-s, "
+        f"({', '.join(f'{ms / 1000:.1f}' for ms in m.batch_ms)} s a batch), {m.cpu_rate:,.0f} events/CPU-s "
+        f"(CPU s: JVM {m.cpu_jvm:.1f}, Python {m.cpu_python:.1f}; waited for a CPU {m.waited:.1f} s), "
         f"warm-up {m.warmup_rate:,.0f} events/s, preload {m.preload_seconds:.0f} s, {m.state_rows:,} state rows, "
         f"worker {m.worker_mb:.0f} MB, JVM {m.jvm_mb:.0f} MB, load {os.getloadavg()[0]:.1f}")
     if verbose:
@@ -354,13 +394,14 @@ def report(config: Config, results: list[Measurement], out: Print = print) -> fl
         out("")
         out(f"{kind}: {config.events:,} events over {config.keys:,} keys a batch")
         out(f"{'keys held':>11}{'state rows':>12}{'events/s':>10}{'vs first':>9}{'events/CPU-s':>13}"
-            f"{'vs first':>9}{'warm-up ev/s':>13}{'preload s':>10}{'worker MB':>10}{'(whole run)':>12}{'JVM MB':>8}")
+            f"{'vs first':>9}{'CPU s JVM':>10}{'Python':>8}{'CPU wait s':>11}{'warm-up ev/s':>13}{'preload s':>10}"
+            f"{'worker MB':>10}{'(whole run)':>12}{'JVM MB':>8}")
         mine = sorted((m for m in results if m.kind == kind), key=lambda m: m.size)
         for m in mine:
             cpu_vs = m.cpu_rate / mine[0].cpu_rate if mine[0].cpu_rate else 0.0
             out(f"{m.size:>11,}{m.state_rows:>12,}{m.rate:>10,.0f}{m.rate / mine[0].rate:>9.2f}{m.cpu_rate:>13,.0f}"
-                f"{cpu_vs:>9.2f}{m.warmup_rate:>13,.0f}{m.preload_seconds:>10.0f}{m.worker_mb:>10.0f}"
-                f"{m.worker_mb_run:>12.0f}{m.jvm_mb:>8.0f}")
+                f"{cpu_vs:>9.2f}{m.cpu_jvm:>10.1f}{m.cpu_python:>8.1f}{m.waited:>11.1f}{m.warmup_rate:>13,.0f}"
+                f"{m.preload_seconds:>10.0f}{m.worker_mb:>10.0f}{m.worker_mb_run:>12.0f}{m.jvm_mb:>8.0f}")
     out("")
     ratios = {kind: ratio(results, kind) for kind in config.kinds}
     for kind, value in ratios.items():

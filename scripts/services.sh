@@ -68,6 +68,15 @@ start_postgres() {
   return 1
 }
 
+ensure_database() {  # tests/test_sinks.py writes into the database "test"
+  local name=$1
+  if [ "$(psql -w -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tAc \
+        "select 1 from pg_database where datname = '$name'")" != 1 ]; then
+    psql -w -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -qc "create database \"$name\"" >/dev/null \
+      || { say "cannot create the PostgreSQL database $name"; return 1; }
+  fi
+}
+
 status=0
-start_postgres || status=1
+if start_postgres; then ensure_database test || status=1; else status=1; fi
 exit "$status"

@@ -36,7 +36,7 @@ def test_three_kills_lose_and_duplicate_nothing(sink, tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "chaos.py"), "--sink", sink, "--kills", "3", "--seed", "3",
          "--events", "15000", "--work", str(tmp_path / "chaos")],
-        capture_output=True, text=True, env=env, timeout=600)
+        capture_output=True, text=True, env=env, timeout=900)
     lines = result.stdout.strip().splitlines()
     assert lines, result.stderr[-2000:]
     match = CLOSING.fullmatch(lines[-1])
