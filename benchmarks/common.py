@@ -60,17 +60,7 @@ class CpuClock:
         total = own.user + own.system
         if not self.jvm_pid or not os.path.isdir("/proc"):
             return total
-        stats: dict[int, tuple[int, int]] = {}  # pid -> (parent, CPU ticks incl. reaped children)
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    text = handle.read()
-            except OSError:
-                continue
-            fields = text[text.rindex(")") + 2:].split()
-            stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
+        stats = {pid: (parent, ticks) for pid, (parent, ticks, _) in process_stats().items()}
         children: dict[int, list[int]] = {}
         for pid, (parent, _) in stats.items():
             children.setdefault(parent, []).append(pid)
@@ -80,6 +70,22 @@ class CpuClock:
             ticks += stats.get(pid, (0, 0))[1]
             todo.extend(children.get(pid, ()))
         return total + ticks / self.tick
+
+
+def process_stats() -> dict[int, tuple[int, int, int]]:
+    """Every process in /proc: pid -> (parent pid, CPU ticks with its reaped children, its own CPU ticks)."""
+    stats: dict[int, tuple[int, int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]), int(fields[11]) + int(fields[12]))
+    return stats
 
 
 @dataclass

@@ -75,7 +75,7 @@ from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 import headrace as hr  # noqa: E402
-from benchmarks.common import Print  # noqa: E402
+from benchmarks.common import Print, process_stats  # noqa: E402
 from headrace.connectors.generator import DEFAULT_START_MS  # noqa: E402
 from headrace.runtime.runner import PipelineRun  # noqa: E402
 
@@ -184,19 +184,9 @@ def scan(jvm_pid: int) -> tuple[float, float, float, float, float]:
     """(largest Python worker RSS in MB, the JVM's RSS in MB, CPU seconds of the JVM's own threads,
     CPU seconds of all its descendants, reaped ones included: the Python workers, and the seconds
     the JVM's threads and the live Python workers have waited for a CPU while runnable)."""
-    stats: dict[int, tuple[int, int]] = {}  # pid -> (parent, CPU ticks)
-    jvm_own = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    text = handle.read()
-            except OSError:
-                continue
-            fields = text[text.rindex(")") + 2:].split()
-            stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
-            if int(entry) == jvm_pid:
-                jvm_own = int(fields[11]) + int(fields[12])
+    every = process_stats()
+    stats = {pid: (parent, ticks) for pid, (parent, ticks, _) in every.items()}
+    jvm_own = every.get(jvm_pid, (0, 0, 0))[2]
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in stats.items():
         children.setdefault(parent, []).append(pid)

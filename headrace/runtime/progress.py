@@ -15,7 +15,7 @@ def _observed(progress: dict[str, Any], prefix: str, field: str) -> int:
     return sum(int(row[field] or 0) for name, row in observed.items() if name.startswith(prefix) and row is not None)
 
 
-def summarise(progress: dict[str, Any], dead_letter_metrics: list[str] | None = None) -> dict[str, Any]:
+def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     """The figures headrace shows, read from one Spark progress report. Late records dropped
     are Spark's (native windows) plus those the window processors report."""
     state_rows = sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", []))
@@ -44,11 +44,11 @@ class ProgressDisplay:
         self.totals = {"dead_letters": 0, "late_rows_dropped": 0, "input_rows": 0}
         self.interactive = self.stream.isatty()
 
-    def update(self, progress: dict[str, Any] | None, dead_letter_metrics: list[str]) -> None:
+    def update(self, progress: dict[str, Any] | None) -> None:
         if not progress or progress.get("batchId") == self.last_batch:
             return
         self.last_batch = progress.get("batchId")
-        figures = summarise(progress, dead_letter_metrics)
+        figures = summarise(progress)
         for name in self.totals:
             self.totals[name] += figures[name] or 0
         if self.mode == "quiet":

@@ -114,7 +114,7 @@ class PipelineRun:
         for progress in self.query.recentProgress:
             if progress.get("batchId", -1) > last:
                 self.progress_log.append(progress)
-                self.display.update(progress, self.compiled.dead_letter_metrics)
+                self.display.update(progress)
                 last = progress["batchId"]
         if not self.query.isActive:
             self._raise_failure()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -66,7 +66,6 @@ class Compiled:
 
     sink_frames: dict[str, DataFrame]
     output_mode: str
-    dead_letter_metrics: list[str] = field(default_factory=list)
     lowering: Any = None
 
 
@@ -80,7 +79,6 @@ class Lowering:
         self.raw_sources: dict[str, DataFrame] = {}
         self.raw_windows: dict[str, DataFrame] = {}  # a window processor's output: panes and late records
         self.chains = {chain[-1]: chain for chain in python_chains(plan)}
-        self.dead_letter_metrics: list[str] = []
 
     def seed(self, name: str, df: DataFrame) -> None:
         """Start from ``df`` as the output of step ``name`` (a micro-batch, inside foreachBatch)."""
@@ -180,7 +178,7 @@ def compile_plan(plan: Plan, spark: SparkSession, run_dir: str) -> Compiled:
     plan.validate()
     lowering = Lowering(plan, spark, run_dir)
     frames = {sink.name: lowering.frame(sink.name) for sink in plan.sinks()}
-    return Compiled(frames, output_mode(plan), lowering.dead_letter_metrics, lowering)
+    return Compiled(frames, output_mode(plan), lowering)
 
 
 # -- control rows ----------------------------------------------------------------------------
@@ -210,9 +208,8 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
           .options(**node.connector.options(), **context.options()).load())
     if node.connector.emits_dead_letters:
         lowering.raw_sources[node.name] = df
-        metric = f"{DEAD_LETTER_METRIC_PREFIX}{node.name}"
-        lowering.dead_letter_metrics.append(metric)
-        df = df.observe(metric, F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters"))
+        dead = F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters")
+        df = df.observe(f"{DEAD_LETTER_METRIC_PREFIX}{node.name}", dead)
         df = df.filter(F.col(DEAD_COLUMNS[1]).isNull()).drop(*DEAD_COLUMNS)
     if not lowering.needs_control(node.name):
         df = df.filter(F.col(CONTROL_COLUMN).isNull()).drop(CONTROL_COLUMN)
