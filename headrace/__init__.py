@@ -8,32 +8,69 @@
 pipeline 'doc'
 """
 
-from headrace import sinks, sources
-from headrace.aggregates import Agg, count, max, mean, min, sum
-from headrace.api.stream import KeyedStream, Pipeline, Stream, Table, WindowedStream, WindowResult
-from headrace.errors import (
-    HeadraceError,
-    IncompatibleCheckpoint,
-    PipelineFailed,
-    PlanError,
-    SetupError,
-    SinkError,
-    SourceError,
-    StepFunctionError,
-)
-from headrace.expr import Expr, col, expr, lit
-from headrace.process import Context, KeyedProcessFunction, Timer
-from headrace.runtime.runner import RunResult, run
-from headrace.state import ListState, MapState, ValueState
-from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
-from headrace.window_functions import AggregateFunction
-from headrace.windows import Count, Global, Session, Sliding, Tumbling
+# ruff: noqa: F401  (the imports under TYPE_CHECKING are for type checkers; __all__ is built from _PUBLIC)
+from __future__ import annotations
 
-__all__ = [
-    "AfterDelay", "AfterWatermark", "AggregateFunction", "Context", "Count", "CountTrigger", "EveryN", "Global",
-    "KeyedProcessFunction", "ListState", "MapState", "Timer", "ValueState", "WindowResult",
-    "Agg", "Expr", "HeadraceError", "IncompatibleCheckpoint", "KeyedStream", "Pipeline", "PipelineFailed",
-    "PlanError", "RunResult", "Session", "SetupError", "SinkError", "Sliding", "SourceError", "StepFunctionError",
-    "Stream", "Table", "Tumbling", "WindowedStream", "col", "count", "expr", "lit", "max", "mean", "min", "run",
-    "sinks", "sources", "sum",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The public names load on first use (PEP 562), so a Spark Python worker that unpickles one
+# of headrace's connectors or operators imports that module and what it needs, not all of
+# headrace with pandas and the runtime: each worker a pipeline starts is quicker to start.
+_PUBLIC = {
+    "headrace.aggregates": ("Agg", "AggregateFunction", "count", "max", "mean", "min", "sum"),
+    "headrace.api.stream": ("KeyedStream", "Pipeline", "Stream", "Table", "WindowedStream", "WindowResult"),
+    "headrace.errors": ("HeadraceError", "IncompatibleCheckpoint", "PipelineFailed", "PlanError", "SetupError",
+                        "SinkError", "SourceError", "StepFunctionError"),
+    "headrace.process": ("Context", "KeyedProcessFunction", "Timer"),
+    "headrace.runtime.runner": ("RunResult", "run"),
+    "headrace.state": ("ListState", "MapState", "ValueState"),
+    "headrace.triggers": ("AfterDelay", "AfterWatermark", "CountTrigger", "EveryN"),
+    "headrace.windows": ("Count", "Global", "Session", "Sliding", "Tumbling"),
+}
+# Bound now: the function ``expr`` has the name of its module, which would replace it on the
+# package once anything imports ``headrace.expr`` (a light module).
+from headrace.expr import Expr, col, expr, lit  # noqa: E402
+
+_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
+_SUBMODULES = ("sinks", "sources")
+
+__all__ = sorted([*_MODULE_OF, *_SUBMODULES, "Expr", "col", "expr", "lit"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+        globals()[name] = value
+        return value
+    try:  # a submodule: hr.sources, hr.sinks, hr.testing, hr.windows, ...
+        return importlib.import_module(f"headrace.{name}")
+    except ModuleNotFoundError as missing:
+        if missing.name != f"headrace.{name}":
+            raise
+    raise AttributeError(f"module 'headrace' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what type checkers and editors see
+    from headrace import sinks, sources
+    from headrace.aggregates import Agg, AggregateFunction, count, max, mean, min, sum
+    from headrace.api.stream import KeyedStream, Pipeline, Stream, Table, WindowedStream, WindowResult
+    from headrace.errors import (
+        HeadraceError,
+        IncompatibleCheckpoint,
+        PipelineFailed,
+        PlanError,
+        SetupError,
+        SinkError,
+        SourceError,
+        StepFunctionError,
+    )
+    from headrace.process import Context, KeyedProcessFunction, Timer
+    from headrace.runtime.runner import RunResult, run
+    from headrace.state import ListState, MapState, ValueState
+    from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
+    from headrace.windows import Count, Global, Session, Sliding, Tumbling

@@ -1,4 +1,5 @@
-"""Built-in aggregations for keyed streams and windows.
+"""What a keyed stream or a window computes: the built-in aggregates (``hr.count()``,
+``hr.sum(col)``, ...) and the base class of user aggregate functions (``hr.AggregateFunction``).
 
 >>> count(), sum("price")
 (count(), sum('price'))
@@ -51,6 +52,25 @@ def mean(column: str) -> Agg:
     return Agg("mean", column)
 
 
+class AggregateFunction:
+    """Base for user aggregate functions: subclass and implement the four methods.
+
+    ``merge`` is used when session windows merge; ``result`` returns the output record (a dict).
+    """
+
+    def create(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, accumulator: Any, record: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def result(self, accumulator: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+
 def result_type(agg: Agg, input_type: str | None) -> str | None:
     """The type of an aggregate's result, when the input type is known."""
     if agg.func == "count":
@@ -64,4 +84,4 @@ def result_type(agg: Agg, input_type: str | None) -> str | None:
     return input_type
 
 
-__all__ = ["Agg", "count", "sum", "min", "max", "mean", "FUNCTIONS", "result_type"]
+__all__ = ["Agg", "AggregateFunction", "count", "sum", "min", "max", "mean", "FUNCTIONS", "result_type"]

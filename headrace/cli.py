@@ -9,7 +9,15 @@ import runpy
 import sys
 from typing import Any
 
+from headrace.api.stream import Pipeline
+from headrace.connectors.console import Console
+from headrace.demo import ysb_pipeline
 from headrace.errors import HeadraceError
+from headrace.runtime.checkpoints import has_batches, pipeline_root, read_plan
+from headrace.runtime.compatibility import check_restart
+from headrace.runtime.rescale import rescale
+from headrace.runtime.runner import default_state_dir
+from headrace.spark.specs import check_plan
 
 
 class UsageError(Exception):
@@ -18,8 +26,6 @@ class UsageError(Exception):
 
 def load_pipeline(target: str) -> Any:
     """``FILE[:PIPELINE]``: run FILE as a module (not as __main__) and pick a Pipeline from it."""
-    from headrace.api.stream import Pipeline
-
     path, _, wanted = target.partition(":")
     if not os.path.isfile(path):
         raise UsageError(f"no such file: {path}")
@@ -65,11 +71,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
     """What a restart from the stored checkpoint would keep; 1 when it would be refused. No Spark."""
-    from headrace.runtime.checkpoints import has_batches, pipeline_root, read_plan
-    from headrace.runtime.compatibility import check_restart
-    from headrace.runtime.runner import default_state_dir
-
-    pipeline.plan.validate()
+    check_plan(pipeline.plan)
     root = pipeline_root(args.state_dir or default_state_dir(), pipeline.name)
     checkpoint = os.path.join(root, "checkpoint")
     verdict = check_restart(pipeline.plan, root)
@@ -86,8 +88,6 @@ def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_rescale(args: argparse.Namespace) -> int:
-    from headrace.runtime.rescale import rescale
-
     pipeline = load_pipeline(args.target)
     before = rescale(pipeline, args.partitions, state_dir=args.state_dir, master=args.master)
     report = {"pipeline": pipeline.name, "partitions_before": before, "partitions": args.partitions}
@@ -98,9 +98,6 @@ def cmd_rescale(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from headrace.connectors.console import Console
-    from headrace.demo import ysb_pipeline
-
     # With --json, stdout carries JSON lines only: the windows' console tables go to stderr.
     sink = Console(limit=10, out=sys.stderr) if args.json else None
     pipeline = ysb_pipeline(variant=args.variant, limit=args.limit, sink=sink)

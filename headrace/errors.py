@@ -39,6 +39,11 @@ class PipelineFailed(HeadraceError):
     """The Spark query behind a pipeline stopped with an error headrace did not raise itself."""
 
 
+def step_error(node_name: str, defined_at: str, message: str) -> PlanError:
+    """A plan error naming the step and where it was defined: ``step 'parse' (app.py:12): ...``."""
+    return PlanError(f"step '{node_name}' ({defined_at}): {message}")
+
+
 _RAISED_KINDS: dict[str, type[HeadraceError]] = {"StepFunctionError": StepFunctionError, "SourceError": SourceError,
                                                  "SinkError": SinkError}
 _RAISED = re.compile(r"headrace\.errors\.(StepFunctionError|SourceError|SinkError): (.*)")

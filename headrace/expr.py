@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.schema import normalise_type
+
 BINARY_OPS = {
     "add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%",
     "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
@@ -67,7 +69,6 @@ class Expr:
         return Expr("is_not_null", (self,))
 
     def cast(self, type_name: str) -> Expr:
-        from headrace.schema import normalise_type
         return Expr("cast", (self, normalise_type(type_name, "cast")))
 
     def alias(self, name: str) -> Expr:

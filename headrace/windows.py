@@ -15,14 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.code_locations import user_location
 from headrace.durations import describe_millis, to_millis
 from headrace.errors import PlanError
 
 
 def _invalid(shape: str, message: str) -> PlanError:
     """A bad window argument, named by the user's line (a shape is built before its step)."""
-    from headrace.plan.nodes import user_location  # imported here: plan.nodes imports this module
-
     return PlanError(f"hr.{shape} ({user_location()}): {message}")
 
 
@@ -125,17 +124,6 @@ class Session(WindowShape):
 
     def __str__(self) -> str:
         return f"session gap {describe_millis(self.gap_ms)}"
-
-
-def merge_sessions(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Merge windows that overlap or touch into their covers, sorted by start."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(windows):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 @dataclass(frozen=True, init=False)

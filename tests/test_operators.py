@@ -21,7 +21,7 @@ import pyarrow.parquet
 from pyspark import cloudpickle
 
 import headrace as hr
-from headrace.plan.lowering import python_chains
+from headrace.spark.specs import python_chains
 from headrace.testing import TestSink, TestSource, Watermark, run_to_completion
 
 UTC = datetime.UTC

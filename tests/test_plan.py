@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 import pytest
 
 import headrace as hr
-from headrace.plan.lowering import lowering_of, output_mode, python_chains
+from headrace.spark.specs import lowering_of, output_mode, python_chains
 from headrace.testing import TestSink, TestSource
 
 FILE = "test_plan.py"
@@ -491,7 +491,8 @@ def test_explain_shows_the_dag_the_lowering_and_the_guarantee():
     assert "native stream-static join (broadcast)" in entry("with_country")[1]
     assert "window sliding 10s every 5s: n=count(), total=sum('amount') (emit final) <- key_by" in \
         entry("per_country")[0]
-    assert "native Spark window aggregate, append mode" in entry("per_country")[1]
+    assert ("stateful processor (transformWithStateInPandas, state per key, event-time timers) because of sliding "
+            "windows (a late record is counted once, not once per window it missed)") in entry("per_country")[1]
     assert "native Spark watermark (withWatermark)" in entry("events_event_time")[1]
     assert f"map parse_event at {FILE}:" in entry("parse")[0]
     assert "fused Python stage #1 (mapInArrow: parse -> paid)" in entry("parse")[1]

@@ -11,7 +11,7 @@ import pytest
 
 import headrace as hr
 from headrace.errors import StepFunctionError
-from headrace.process import ProcessLogic, ProcessState
+from headrace.operators.process_logic import ProcessLogic, ProcessState
 from headrace.state import StateUsageError
 
 OUTPUT = (("key", "string"), ("what", "string"), ("n", "long"))

@@ -62,6 +62,20 @@ def test_a_late_record_missing_several_sliding_windows_counts_once(spark, tmp_pa
     assert run(p, tmp_path).late_rows_dropped == 1
 
 
+def test_a_plain_sliding_window_counts_each_late_record_once(spark, tmp_path):
+    # Watermark 30 s after the first batch. 1 s misses all five of its windows: late, once.
+    # 25 s misses [16, 26), [18, 28) and [20, 30) but still counts in [22, 32) and [24, 34).
+    batches = [[{"key": "a", "v": 1, "ts": 30_000}],
+               [{"key": "a", "v": 2, "ts": 1_000}, {"key": "a", "v": 3, "ts": 25_000}]]
+    p = hr.Pipeline("plain_sliding_late_count")
+    out = TestSink()
+    (p.source("events", TestSource(batches, schema=SCHEMA), event_time="ts").key_by("key")
+     .window(hr.Sliding("10s", "2s")).count().sink("out", out))
+    assert run(p, tmp_path).late_rows_dropped == 1
+    counts = {(r["window_start"], r["window_end"]): r["count"] for r in out.rows()}
+    assert counts == {(at(s), at(s + 10_000)): 2 if s < 26_000 else 1 for s in range(22_000, 32_000, 2_000)}
+
+
 class Types(hr.KeyedProcessFunction):
     def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
         ctx.emit({"key": ctx.key, "kind": type(record["v"]).__name__, "v": record["v"]})
@@ -77,3 +91,55 @@ def test_process_functions_get_none_and_int_not_nan_and_float(spark, tmp_path):
     run(p, tmp_path)
     assert sorted((r["kind"], r["v"]) for r in out.rows()) == sorted(
         [("int", 5), ("NoneType", None), ("int", 2**53 + 1)])
+
+
+ROLLING = {"key": "string", "v": "long", "pause_s": "double"}
+
+
+def pause(record: dict[str, Any]) -> dict[str, Any]:
+    """Holds the micro-batch that carries it, so the next one starts later in processing time."""
+    import time
+
+    time.sleep(record["pause_s"] or 0)
+    return record
+
+
+def rolling_pipeline(name: str, ttl: Any, reduce: bool = False) -> tuple[hr.Pipeline, TestSink]:
+    batches = [
+        [{"key": "a", "v": 1, "pause_s": None}, {"key": "a", "v": None, "pause_s": None}],
+        [{"key": "b", "v": 2**53 + 1, "pause_s": 2.5}],  # a quiet 2.5 s for key a
+        [{"key": "c", "v": 5, "pause_s": None}],  # a's timeout fires here (no record of a)
+        [{"key": "a", "v": 3, "pause_s": None}],
+    ]
+    p = hr.Pipeline(name)
+    out = TestSink()
+    keyed = p.source("events", TestSource(batches, schema=ROLLING)).map(pause, schema=ROLLING).key_by("key")
+    if reduce:
+        keyed.reduce(lambda acc, r: {**r, "v": (acc["v"] or 0) + (r["v"] or 0)}, ttl=ttl, name="totals") \
+            .sink("out", out)
+    else:
+        keyed.aggregate(n=hr.count(), total=hr.sum("v"), ttl=ttl, name="totals").sink("out", out)
+    return p, out
+
+
+def test_rolling_aggregates_forget_keys_quiet_for_their_ttl(spark, tmp_path):
+    p, out = rolling_pipeline("rolling_ttl", "2s")
+    assert "transformWithStateInPandas, Spark's state TTL" in p.explain()
+    assert "output mode update, a micro-batch every 1 second at least (Spark's processing-time mode)" in p.explain()
+    run(p, tmp_path)
+    assert [(r["key"], r["n"], r["total"]) for r in out.rows()] == [
+        ("a", 2, 1), ("b", 1, 2**53 + 1), ("c", 1, 5), ("a", 1, 3)]  # a starts again from nothing
+    assert isinstance(out.rows()[1]["total"], int)
+
+
+def test_rolling_aggregates_without_ttl_keep_every_key(spark, tmp_path):
+    p, out = rolling_pipeline("rolling_no_ttl", None)
+    run(p, tmp_path)
+    assert [(r["key"], r["n"], r["total"]) for r in out.rows()] == [
+        ("a", 2, 1), ("b", 1, 2**53 + 1), ("c", 1, 5), ("a", 3, 4)]
+
+
+def test_a_reduce_with_ttl_forgets_quiet_keys_and_keeps_nulls_and_integers(spark, tmp_path):
+    p, out = rolling_pipeline("reduce_ttl", "2s", reduce=True)
+    run(p, tmp_path)
+    assert [(r["key"], r["v"]) for r in out.rows()] == [("a", 1), ("b", 2**53 + 1), ("c", 5), ("a", 3)]

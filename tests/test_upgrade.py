@@ -105,9 +105,9 @@ def test_a_rekeyed_window_is_refused(tmp_path):
 
 
 def test_another_window_shape_is_refused(tmp_path):
-    message = refusal(tmp_path, clicks(), clicks(window=hr.Sliding("10s", "5s")))
+    message = refusal(tmp_path, clicks(), clicks(window=hr.Session("10s")))
     assert "stateful step 'per_10s' (window, " in message
-    assert ("changed window tumbling 10s → sliding 10s every 5s: its saved state was built for the old "
+    assert ("changed window tumbling 10s → session gap 10s: its saved state was built for the old "
             "settings") in message
 
 
@@ -125,7 +125,8 @@ def test_other_emission_is_refused(tmp_path):
       .key_by("user_id").window(hr.Tumbling("10s"), allowed_lateness="5s", accumulation="discarding", name="per_10s")
       .aggregate(n=hr.count()).sink("out", hr.sinks.Null()))
     message = refusal(tmp_path, p, q)
-    assert "changed allowed lateness none → 5s, accumulation accumulating → discarding: its saved state" in message
+    assert ("changed allowed lateness none → 5s, accumulation accumulating → discarding, operator Spark's window "
+            "operator → stateful processor: its saved state") in message
 
 
 def test_changed_generator_options_are_refused(tmp_path):
@@ -356,3 +357,30 @@ def test_a_refused_upgrade_leaves_the_checkpoint_as_it_was(stopped_part_way, tmp
     assert read_plan(f"{state}/upgraded") == before
     with pytest.raises(hr.IncompatibleCheckpoint):  # the old plan cannot be smuggled in either
         PipelineRun(p, state_dir=state, progress="quiet").start()
+
+
+def counts(ttl: str | None) -> hr.Pipeline:
+    p = hr.Pipeline("clicks")
+    (p.source("events", hr.sources.Generator("clicks", limit=10_000, seed=0, rows_per_batch=1000))
+     .key_by("user_id").aggregate(n=hr.count(), ttl=ttl, name="per_user").sink("out", hr.sinks.Null()))
+    return p
+
+
+def test_adding_a_ttl_to_rolling_aggregates_is_refused_and_changing_it_is_allowed(tmp_path):
+    message = refusal(tmp_path / "on", counts(None), counts("1h"))
+    assert "stateful step 'per_user' (rolling aggregate" in message
+    assert "changed ttl none → set" in message
+    kept = compare(plan_record(counts("1h").plan), plan_record(counts("2h").plan))
+    assert kept.allowed
+    assert [str(c) for v in kept.steps if v.name == "per_user" for c in v.changes] == ["ttl_ms 3600000 → 7200000"]
+
+
+def test_a_window_moved_to_another_operator_is_refused():
+    sliding = clicks(window=hr.Sliding("10s", "5s"))
+    new = plan_record(sliding.plan)
+    assert [n["operator"] for n in new["nodes"] if n["name"] == "per_10s"] == ["stateful processor"]
+    old = json.loads(json.dumps(new))  # as an earlier headrace that ran sliding windows natively stored it
+    next(n for n in old["nodes"] if n["name"] == "per_10s")["operator"] = "Spark's window operator"
+    verdict = compare(old, new)
+    assert not verdict.allowed
+    assert "changed operator Spark's window operator → stateful processor" in verdict.message()

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from headrace.operators.window_functions import WindowFunction
+from headrace.operators.window_panes import Fired, WindowLogic, WindowState
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission, EveryN
-from headrace.window_state import Fired, WindowFunction, WindowLogic, WindowState
 from headrace.windows import Count, Global, Session, Sliding, Tumbling
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headrace.windows import Sliding, Tumbling, merge_sessions
+from headrace.aggregates import Agg
+from headrace.operators.window_functions import BuiltinAggregates
+from headrace.operators.window_panes import WindowLogic, WindowState
+from headrace.triggers import Emission
+from headrace.windows import Count, Session, Sliding, Tumbling
 
 times = st.integers(min_value=0, max_value=10**7)
 
@@ -46,30 +51,14 @@ def _brute_merge(windows: list[tuple[int, int]]) -> set[tuple[int, int]]:
     return current
 
 
-@given(starts=st.lists(times, max_size=30), gap=st.integers(1, 10**5))
-def test_session_merging_matches_brute_force(starts, gap):
-    windows = [(t, t + gap) for t in starts]
-    merged = merge_sessions(windows)
-    assert set(merged) == _brute_merge(windows)
-    assert merged == sorted(merged)
-    for t in starts:  # every record lies in exactly one session
-        assert sum(s <= t < e for s, e in merged) == 1
-
-
 @given(order=st.permutations(list(range(12))), gap=st.integers(1, 5))
 def test_session_merging_ignores_arrival_order(order, gap):
     """The window operator merges sessions record by record; the result must not depend on order."""
-    from headrace.aggregates import Agg
-    from headrace.triggers import Emission
-    from headrace.window_functions import BuiltinAggregates
-    from headrace.window_state import WindowLogic, WindowState
-    from headrace.windows import Session
-
     times_ms = [t * 3 for t in order]
     logic = WindowLogic(Session(gap), Emission(), BuiltinAggregates((("n", Agg("count")),)))
     state = WindowState()
     logic.process(state, [("k", t, {"v": t}) for t in times_ms], float("-inf"), [], [])
-    expected = merge_sessions([(t, t + gap) for t in times_ms])
+    expected = sorted(_brute_merge([(t, t + gap) for t in times_ms]))
     assert sorted((s, e) for _, s, e in state.panes) == expected
     counts = {(s, e): logic.function.result(p.total, "k", None)[0]["n"] for (_, s, e), p in state.panes.items()}
     assert sum(counts.values()) == len(times_ms)
@@ -84,14 +73,6 @@ def test_tumbling_count_windows_fold_records_as_keeping_them_would(records, size
     """Tumbling count windows of built-in aggregates fold each record in as it arrives; the panes
     must be those of keeping each key's last `size` records (the path of sliding count windows),
     across micro-batches with the state pickled in between, and from a state the keeping path left."""
-    import pickle
-
-    from headrace.aggregates import Agg
-    from headrace.triggers import Emission
-    from headrace.window_functions import BuiltinAggregates
-    from headrace.window_state import WindowLogic, WindowState
-    from headrace.windows import Count
-
     function = BuiltinAggregates((("n", Agg("count")), ("total", Agg("sum", "v")), ("low", Agg("min", "v")),
                                   ("high", Agg("max", "v")), ("avg", Agg("mean", "v"))))
     keeping, folding = (WindowLogic(Count(size), Emission(), function) for _ in range(2))

@@ -10,13 +10,14 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from headrace.aggregates import FUNCTIONS, Agg, result_type
+from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
+from headrace.code_locations import function_label, user_location
 from headrace.connectors.base import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
-from headrace.errors import PlanError
+from headrace.errors import PlanError, step_error
 from headrace.expr import Expr, col
 from headrace.plan.explain import explain_text
-from headrace.plan.graph import Plan, step_error
+from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
     DeadLettersNode,
     EventTimeNode,
@@ -33,13 +34,12 @@ from headrace.plan.nodes import (
     TableNode,
     UnionNode,
     WindowAggregateNode,
-    function_label,
-    user_location,
 )
 from headrace.process import KeyedProcessFunction, check_process_function
-from headrace.schema import Schema, is_record_class, schema_of
+from headrace.runtime.runner import run
+from headrace.schema import PYTHON_TYPES, Schema, is_record_class, schema_of
+from headrace.spark.specs import check_plan, spec_of
 from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
-from headrace.window_functions import AggregateFunction
 from headrace.windows import Count, Global, WindowShape
 
 UNKNOWN = "unknown"
@@ -134,22 +134,21 @@ class Pipeline:
 
     # -- inspecting and running -----------------------------------------------------------------
     def validate(self) -> Pipeline:
-        self.plan.validate()
+        check_plan(self.plan)
         return self
 
     def explain(self) -> str:
         """The DAG, how each node is lowered to Spark and the pipeline's delivery guarantee."""
-        self.plan.validate()
+        check_plan(self.plan)
         return explain_text(self.plan)
 
     def to_json(self) -> dict[str, Any]:
-        self.plan.validate()
+        check_plan(self.plan)
         return self.plan.to_json()
 
     def run(self, **options: Any) -> Any:
         """Run until stopped (Ctrl-C, SIGTERM) or until a bounded input is exhausted.
         Options are those of :func:`headrace.run`."""
-        from headrace.runtime.runner import run
         return run(self, **options)
 
     def __repr__(self) -> str:
@@ -157,7 +156,6 @@ class Pipeline:
 
 
 def _python_type(value: Any) -> str:
-    from headrace.schema import PYTHON_TYPES
     for python_type, name in PYTHON_TYPES.items():
         if type(value) is python_type:
             return name
@@ -439,35 +437,38 @@ class KeyedStream(Stream):
     def keys(self) -> tuple[str, ...]:
         return self.node.keys or ()
 
-    def aggregate(self, *, name: str | None = None, **aggs: Agg) -> Stream:
-        """Running aggregates per key, emitted for each key a micro-batch updates."""
+    def aggregate(self, *, name: str | None = None, ttl: Any = None, **aggs: Agg) -> Stream:
+        """Running aggregates per key, emitted for each key a micro-batch updates. With ``ttl``
+        (``"1h"``, a timedelta or milliseconds), a key that receives no record for that long in
+        processing time is forgotten, and its next record starts it again from nothing."""
         step = self.pipeline._name(name, "aggregate")
         where = user_location()
         _check_not_aggregated(self, step, where)
         checked = _check_aggs(self, step, where, aggs, self.keys)
         schema = _aggregate_schema(self, checked)
         return self._follow(RollingAggregateNode(step, (self.node.name,), where, schema, keys=self.keys,
-                                                 aggs=checked))
+                                                 aggs=checked, ttl_ms=_ttl(ttl, step, where)))
 
-    def count(self, *, name: str | None = None) -> Stream:
-        return self.aggregate(name=name or self.pipeline._name(None, "count"), count=Agg("count"))
+    def count(self, *, name: str | None = None, ttl: Any = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "count"), ttl=ttl, count=Agg("count"))
 
-    def sum(self, column: str, *, name: str | None = None) -> Stream:
-        return self.aggregate(name=name or self.pipeline._name(None, "sum"), sum=Agg("sum", column))
+    def sum(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "sum"), ttl=ttl, sum=Agg("sum", column))
 
-    def min(self, column: str, *, name: str | None = None) -> Stream:
-        return self.aggregate(name=name or self.pipeline._name(None, "min"), min=Agg("min", column))
+    def min(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "min"), ttl=ttl, min=Agg("min", column))
 
-    def max(self, column: str, *, name: str | None = None) -> Stream:
-        return self.aggregate(name=name or self.pipeline._name(None, "max"), max=Agg("max", column))
+    def max(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "max"), ttl=ttl, max=Agg("max", column))
 
-    def mean(self, column: str, *, name: str | None = None) -> Stream:
-        return self.aggregate(name=name or self.pipeline._name(None, "mean"), mean=Agg("mean", column))
+    def mean(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        return self.aggregate(name=name or self.pipeline._name(None, "mean"), ttl=ttl, mean=Agg("mean", column))
 
     def reduce(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], *,
-               name: str | None = None) -> Stream:
+               name: str | None = None, ttl: Any = None) -> Stream:
         """Fold each key's records with ``fn(accumulated, record) -> record`` (Flink's reduce); emits the
-        key's current result for every key a micro-batch updates. Records keep the stream's schema."""
+        key's current result for every key a micro-batch updates. Records keep the stream's schema.
+        ``ttl`` forgets a key quiet for that long, as in :meth:`aggregate`."""
         step = self.pipeline._name(name, "reduce")
         where = user_location()
         if not callable(fn):
@@ -477,7 +478,7 @@ class KeyedStream(Stream):
             raise self._fail(step, where, "reduce needs a stream whose field types are known; declare them with a "
                                           "map(..., schema=...) before key_by")
         return self._follow(RollingAggregateNode(step, (self.node.name,), where, self.node.schema, keys=self.keys,
-                                                 reduce_fn=fn))
+                                                 reduce_fn=fn, ttl_ms=_ttl(ttl, step, where)))
 
     def process(self, fn: KeyedProcessFunction, *, schema: Any, name: str | None = None) -> Stream:
         """Run ``fn``, a :class:`~headrace.KeyedProcessFunction` instance, on each key's records, with
@@ -615,21 +616,32 @@ def _emission(trigger: Any, allowed_lateness: object, accumulation: str, step: s
     return Emission(trigger or AfterWatermark(), lateness, accumulation == "accumulating")
 
 
+def _ttl(ttl: Any, step: str, where: str) -> int | None:
+    """A rolling step's time-to-live in milliseconds (None: keys are kept for ever)."""
+    if ttl is None:
+        return None
+    millis = to_millis(ttl, f"step '{step}' ttl")
+    if millis <= 0:
+        raise step_error(step, where, f"ttl must be positive, got {ttl!r}")
+    return millis
+
+
 def _check_not_aggregated(stream: Stream, step: str, where: str) -> None:
     """Spark cannot aggregate an aggregate's output within one query (and the end-of-input
     flush would never reach the second aggregate), so the plan refuses it."""
     plan = stream.pipeline.plan
     for name in (stream.node.name, *plan.upstream(stream.node.name)):
         node = plan.nodes[name]
+        if not spec_of(node).stateful:
+            continue
         if isinstance(node, KeyedProcessNode):
             raise step_error(step, where, f"the stream comes from the process step {name!r} ({node.defined_at}); a "
                                           "pipeline runs as one Spark query, and a process step's output cannot "
                                           "feed another stateful step: sink it and continue in another pipeline")
-        if isinstance(node, (RollingAggregateNode, WindowAggregateNode)):
-            raise step_error(step, where, f"the stream it aggregates comes from the aggregate step {name!r} "
-                                          f"({node.defined_at}); a pipeline runs as one Spark query, which cannot "
-                                          "aggregate an aggregate's output: sink that output and aggregate it in "
-                                          "another pipeline")
+        raise step_error(step, where, f"the stream it aggregates comes from the aggregate step {name!r} "
+                                      f"({node.defined_at}); a pipeline runs as one Spark query, which cannot "
+                                      "aggregate an aggregate's output: sink that output and aggregate it in "
+                                      "another pipeline")
 
 
 def _check_aggs(stream: Stream, step: str, where: str, aggs: dict[str, Agg],

@@ -44,7 +44,7 @@ from headrace.connectors.base import (
     stop_requested,
 )
 from headrace.errors import PlanError
-from headrace.schema import Schema, to_ddl
+from headrace.schema import Schema, arrow_schema, arrow_type, to_ddl
 
 YSB_SCHEMA: Schema = (
     ("user_id", "string"),
@@ -89,7 +89,7 @@ CLICK_PERIOD_MS = 60_000
 CLICK_BURST_MS = 12_000
 _CLICK_CHOICES = CLICK_USERS * CLICK_BURST_MS // CLICK_PERIOD_MS - 1  # active users to pick from
 
-_TS = pa.timestamp("us", tz="UTC")
+_TS = arrow_type("timestamp")
 _U64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _M1 = 0xBF58476D1CE4E5B9
@@ -220,11 +220,9 @@ def _clicks_columns(seed: int, index: np.ndarray, times: np.ndarray) -> list[pa.
 _COLUMNS = {"ysb": _ysb_columns, "words": _words_columns, "clicks": _clicks_columns}
 
 
-def arrow_schema(kind: str) -> pa.Schema:
+def batch_schema(kind: str) -> pa.Schema:
     """The Arrow schema of the generator's rows (data columns and the control column)."""
-    types = {"string": pa.string(), "timestamp": _TS}
-    fields = [pa.field(name, types[type_name]) for name, type_name in SCHEMAS[kind]]
-    return pa.schema([*fields, pa.field(CONTROL_COLUMN, pa.int64())])
+    return arrow_schema(SCHEMAS[kind]).append(pa.field(CONTROL_COLUMN, pa.int64()))
 
 
 def generate(kind: str, start: int, end: int, *, seed: int = 0, start_ms: int = DEFAULT_START_MS,
@@ -242,7 +240,7 @@ def generate(kind: str, start: int, end: int, *, seed: int = 0, start_ms: int = 
     times = event_times_us(start, end, start_ms, rate)
     columns = _COLUMNS[kind](seed, index, times)
     return pa.RecordBatch.from_arrays([*columns, pa.nulls(end - start, pa.int64())],
-                                      schema=arrow_schema(kind))
+                                      schema=batch_schema(kind))
 
 
 def flush_batch(schema: pa.Schema) -> pa.RecordBatch:
@@ -360,7 +358,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
             hi = min(lo + self.chunk_rows, partition.end)
             yield generate(self.kind, lo, hi, seed=self.seed, start_ms=partition.start_ms, rate=self.rate)
         if partition.flush:
-            yield flush_batch(arrow_schema(self.kind))
+            yield flush_batch(batch_schema(self.kind))
 
     def commit(self, end: dict) -> None:
         pass

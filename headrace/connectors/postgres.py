@@ -21,21 +21,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
 from headrace.errors import PlanError, SetupError, SinkError
+from headrace.schema import TYPE_ALIASES
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 COMMIT_TABLE = "headrace_sink_commits"
 CONNECT_TIMEOUT_S = 10
 COPY_CHUNK_ROWS = 65_536
 
-# Spark type name (DataType.typeName()) -> PostgreSQL column type.
+# Column type -> PostgreSQL column type: headrace's canonical type names (headrace.schema),
+# then the other Spark types a sink may be given, by their DataType.typeName().
 PG_TYPES = {
-    "string": "text", "varchar": "text", "char": "text",
-    "long": "bigint", "integer": "integer", "short": "smallint", "byte": "smallint",
-    "double": "double precision", "float": "real",
-    "boolean": "boolean",
-    "timestamp": "timestamptz", "timestamp_ntz": "timestamp",
-    "date": "date",
-    "binary": "bytea",
+    "string": "text", "long": "bigint", "int": "integer", "double": "double precision", "float": "real",
+    "boolean": "boolean", "timestamp": "timestamptz", "date": "date", "binary": "bytea",
+    "varchar": "text", "char": "text", "short": "smallint", "byte": "smallint", "timestamp_ntz": "timestamp",
     "struct": "jsonb", "array": "jsonb", "map": "jsonb",
 }
 
@@ -80,7 +78,7 @@ def pg_type(spark_type: Any) -> str | None:
     name = spark_type.typeName()
     if name == "decimal":
         return f"numeric({spark_type.precision},{spark_type.scale})"
-    return PG_TYPES.get(name)
+    return PG_TYPES.get(TYPE_ALIASES.get(name, name))  # Spark's "integer" is headrace's "int"
 
 
 class Postgres(SinkConnector):

@@ -50,15 +50,11 @@ from headrace.connectors.base import (
     stop_requested,
 )
 from headrace.errors import PlanError, SourceError
-from headrace.schema import Schema, to_ddl
+from headrace.schema import Schema, arrow_schema, to_ddl
 
 SOCKET_SCHEMA: Schema = (("line", "string"), ("received_at", "timestamp"))
-ARROW_SCHEMA = pa.schema([
-    pa.field("line", pa.string()),
-    pa.field("received_at", pa.timestamp("us", tz="UTC")),
-    pa.field(CONTROL_COLUMN, pa.int64()),
-])
-_SEGMENT_SCHEMA = pa.schema([ARROW_SCHEMA.field(0), ARROW_SCHEMA.field(1)])
+_SEGMENT_SCHEMA = arrow_schema(SOCKET_SCHEMA)  # the received lines, as the segment files hold them
+ARROW_SCHEMA = _SEGMENT_SCHEMA.append(pa.field(CONTROL_COLUMN, pa.int64()))
 _SUFFIX = ".arrow"
 
 

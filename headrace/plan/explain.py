@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from headrace.plan.graph import Plan
-from headrace.plan.lowering import lowering_of, output_mode
+from headrace.spark.specs import lowering_of, output_mode, trigger_interval
 
 
 def explain_text(plan: Plan) -> str:
@@ -11,7 +11,9 @@ def explain_text(plan: Plan) -> str:
     lowering = lowering_of(plan)
     lines = [f"pipeline {plan.name!r}",
              f"  guarantee: {guarantee.value} ({'; '.join(parts)})",
-             f"  one Spark streaming query, output mode {output_mode(plan)}",
+             f"  one Spark streaming query, output mode {output_mode(plan)}"
+             + (f", a micro-batch every {interval} at least (Spark's processing-time mode)"
+                if (interval := trigger_interval(plan, None)) else ""),
              ""]
     width = max(len(n) for n in plan.nodes) if plan.nodes else 0
     for node in plan.nodes.values():

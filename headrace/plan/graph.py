@@ -6,20 +6,13 @@ import json
 from typing import Any
 
 from headrace.connectors.base import Guarantee
-from headrace.errors import PlanError
+from headrace.errors import PlanError, step_error
 from headrace.plan.nodes import (
-    KeyedProcessNode,
     Node,
-    RollingAggregateNode,
     SinkNode,
     SourceNode,
     TableNode,
-    WindowAggregateNode,
 )
-
-
-def step_error(node_name: str, defined_at: str, message: str) -> PlanError:
-    return PlanError(f"step '{node_name}' ({defined_at}): {message}")
 
 
 class Plan:
@@ -80,7 +73,6 @@ class Plan:
                 continue
             raise step_error(node.name, node.defined_at,
                              "this stream goes nowhere: send it to a sink with .sink(...) or remove the step")
-        self._check_stateful_steps()
         wanted = self.requested_guarantee
         if wanted is not None:
             actual, _ = self.guarantee()
@@ -91,29 +83,6 @@ class Plan:
                 raise PlanError(f"pipeline {self.name!r} asks for {wanted.value} but can only give "
                                 f"{actual.value}: {', '.join(weak)}; use connectors that give "
                                 f"{wanted.value} or ask for less")
-
-    def _check_stateful_steps(self) -> None:
-        """The pipeline is one Spark query: one output mode, and a reduce cannot share it."""
-        stateful = [n for n in self.nodes.values()
-                    if isinstance(n, (RollingAggregateNode, WindowAggregateNode, KeyedProcessNode))]
-        final = [n for n in stateful if isinstance(n, KeyedProcessNode) or (
-            isinstance(n, WindowAggregateNode) and n.emit == "final")]
-        updating = [n for n in stateful if not any(n is f for f in final)]
-        if final and updating:
-            window, other = final[0], updating[0]
-            what = "a process step" if isinstance(window, KeyedProcessNode) else "a window with emit='final'"
-            raise step_error(window.name, window.defined_at,
-                             f"{what} cannot share pipeline {self.name!r} with step "
-                             f"{other.name!r} ({other.defined_at}), which emits updates: the pipeline runs as one "
-                             "Spark query with one output mode; use emit='updates' on windows, or a pipeline for each")
-        reduces = [n for n in stateful if isinstance(n, RollingAggregateNode) and n.reduce_fn is not None]
-        if reduces and len(stateful) > 1:
-            reduce = reduces[0]
-            other = next(n for n in stateful if n is not reduce)
-            raise step_error(reduce.name, reduce.defined_at,
-                             f"a reduce cannot share pipeline {self.name!r} with the stateful step {other.name!r} "
-                             f"({other.defined_at}): Spark runs a pipeline as one query, and its per-key Python "
-                             "state cannot run beside another aggregate; give the reduce a pipeline of its own")
 
     def to_json(self) -> dict[str, Any]:
         guarantee, parts = self.guarantee()

@@ -9,26 +9,19 @@ the compiler; ``map``, ``filter``, ``count`` and friends are built from them.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from headrace.aggregates import Agg
+from headrace.code_locations import function_label
 from headrace.connectors.base import SinkConnector, SourceConnector
+from headrace.durations import describe_millis
 from headrace.expr import Expr
+from headrace.process import declared_state
 from headrace.schema import Schema
 from headrace.triggers import Emission
 from headrace.windows import WindowShape
-
-
-def function_label(fn: Callable[..., Any]) -> str:
-    """``parse_event at app.py:12``: how errors and explain name a user function."""
-    code = getattr(fn, "__code__", None)
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    if code is None:
-        return name
-    return f"{name} at {code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}"
 
 
 @dataclass(frozen=True)
@@ -63,7 +56,6 @@ class Node:
 class SourceNode(Node):
     kind: ClassVar[str] = "source"
     connector: SourceConnector = field(default=None, compare=False)  # type: ignore[assignment]
-    delay_ms: int = 0
 
     def params(self) -> dict[str, Any]:
         return {"connector": self.connector.describe(), "guarantee": self.connector.guarantee.value}
@@ -153,15 +145,16 @@ class RollingAggregateNode(Node):
     kind: ClassVar[str] = "rolling_aggregate"
     aggs: tuple[tuple[str, Agg], ...] = ()
     reduce_fn: Callable[..., Any] | None = field(default=None, compare=False)
+    ttl_ms: int | None = None  # processing time after which a quiet key's state is removed
 
     def params(self) -> dict[str, Any]:
         return {"aggs": {n: a.to_json() for n, a in self.aggs},
-                "reduce": function_label(self.reduce_fn) if self.reduce_fn else None}
+                "reduce": function_label(self.reduce_fn) if self.reduce_fn else None, "ttl_ms": self.ttl_ms}
 
     def summary(self) -> str:
-        if self.reduce_fn is not None:
-            return f"rolling reduce {function_label(self.reduce_fn)}"
-        return "rolling " + ", ".join(f"{n}={a!r}" for n, a in self.aggs)
+        what = (f"rolling reduce {function_label(self.reduce_fn)}" if self.reduce_fn is not None
+                else "rolling " + ", ".join(f"{n}={a!r}" for n, a in self.aggs))
+        return what + (f", keys expire after {describe_millis(self.ttl_ms)} quiet" if self.ttl_ms is not None else "")
 
 
 @dataclass(frozen=True)
@@ -216,8 +209,6 @@ class KeyedProcessNode(Node):
     fn: Any = field(default=None, compare=False)
 
     def params(self) -> dict[str, Any]:
-        from headrace.process import declared_state
-
         states = declared_state(type(self.fn))
         return {"fn": type(self.fn).__name__, "state": {n: s.describe() for n, s in states.items()}}
 
@@ -270,13 +261,3 @@ class SinkNode(Node):
     def summary(self) -> str:
         return f"sink {type(self.connector).__name__}"
 
-
-def user_location() -> str:
-    """``file:line`` of the first caller outside the headrace package."""
-    import headrace
-
-    package_dir = headrace.__path__[0]
-    for frame in inspect.stack()[1:]:
-        if not frame.filename.startswith((package_dir, "<")):
-            return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
-    return "<headrace>"

@@ -41,11 +41,12 @@ from typing import Any
 from headrace.durations import describe_millis
 from headrace.errors import IncompatibleCheckpoint
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import SinkNode, SourceNode
+from headrace.plan.nodes import SinkNode, SourceNode, WindowAggregateNode
 from headrace.runtime.checkpoints import has_batches, read_plan, write_plan
+from headrace.spark.specs import STATEFUL_KINDS, native_sink_format
+from headrace.spark.windows import window_needs_processor
 
 RECORD_FORMAT = 1
-STATEFUL_KINDS = ("window_aggregate", "rolling_aggregate", "keyed_process")
 ROLES = ("source", "stateful step", "sink", "step")
 WHAT_TO_DO = ("To go ahead, undo the change to continue from the checkpoint, run with --fresh (fresh=True in "
               "Python) to delete the checkpoint and start over from the beginning of the input, or give the "
@@ -58,16 +59,17 @@ def plan_record(plan: Plan) -> dict[str, Any]:
     """``plan.to_json()`` with what a restart is checked against, as plain JSON values."""
     record = plan.to_json()
     record["record_format"] = RECORD_FORMAT
-    single_sink = len(plan.sinks()) == 1
     for node_json in record["nodes"]:
         node = plan.nodes[node_json["name"]]
         if isinstance(node, SourceNode):
             node_json["offset_identity"] = node.connector.offset_identity()
             node_json["bounded"] = node.connector.bounded
+        elif isinstance(node, WindowAggregateNode):
+            node_json["operator"] = ("stateful processor" if window_needs_processor(plan, node)
+                                     else "Spark's window operator")
         elif isinstance(node, SinkNode):
-            # Spark's own writer when it is the only sink (as spark/writer.py decides); "noop"
-            # writes nothing, so it has no commits to continue.
-            native = node.connector.native_format if single_sink else None
+            # "noop" writes nothing, so it has no commits to continue
+            native = native_sink_format(plan, node)
             writer = f"Spark's {native} writer" if native else "per-batch commits"
             node_json["writer"] = None if native == "noop" else writer
     plain: dict[str, Any] = json.loads(json.dumps(record, default=str))
@@ -350,6 +352,8 @@ def _compare_stateful(old: dict[str, Any], new: dict[str, Any], old_plan: _Nodes
         check("aggregates", _aggs_text(old.get("aggs")), _aggs_text(new.get("aggs")))
         check("late side output", _late_text(old_plan.late_outputs(old["name"])),
               _late_text(new_plan.late_outputs(new["name"])))
+        if old.get("operator") and new.get("operator"):  # records of earlier versions lack it
+            check("operator", old["operator"], new["operator"])
         if new.get("function") in ("aggregates", "reduce") and not refused:  # e.g. sum over long → double
             check_fields("output fields", old.get("schema"), new.get("schema"))
         if new.get("function") in ("reduce", "process"):  # the state keeps input records
@@ -358,9 +362,13 @@ def _compare_stateful(old: dict[str, Any], new: dict[str, Any], old_plan: _Nodes
     elif kind == old.get("kind") == "rolling_aggregate":
         check("aggregates", _aggs_text(old.get("aggs")), _aggs_text(new.get("aggs")))
         check("reduce", "yes" if old.get("reduce") else "no", "yes" if new.get("reduce") else "no")
+        # a ttl moves built-in aggregates from Spark's groupBy to a Python fold with a timeout;
+        # a different ttl is only a different timeout
+        check("ttl", "set" if old.get("ttl_ms") is not None else "none",
+              "set" if new.get("ttl_ms") is not None else "none")
         if not refused:  # a reduce keeps whole records; aggregates keep values of their fields' types
             check_fields("output fields", old.get("schema"), new.get("schema"))
-        allowed += _differences(old, new, only=("reduce",))
+        allowed += _differences(old, new, only=("reduce", "ttl_ms"))
     elif kind == old.get("kind") == "keyed_process":
         check("declared state", _state_text(old.get("state")), _state_text(new.get("state")))
         allowed += _differences(old, new, only=("fn",))

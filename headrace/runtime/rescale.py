@@ -16,6 +16,8 @@ from typing import Any
 
 from headrace.errors import HeadraceError
 from headrace.runtime.checkpoints import has_batches
+from headrace.runtime.runner import PipelineRun
+from headrace.runtime.session import get_session
 
 
 def state_partitions(checkpoint: str) -> int | None:
@@ -36,9 +38,6 @@ def _has_state(checkpoint: str) -> bool:
 def rescale(pipeline: Any, partitions: int, *, state_dir: str | None = None, master: str | None = None) -> int:
     """Spread ``pipeline``'s state over ``partitions`` partitions; returns the number it had.
     The pipeline must not be running."""
-    from headrace.runtime.runner import PipelineRun
-    from headrace.runtime.session import get_session
-
     name = pipeline.plan.name
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise HeadraceError(f"rescale {name!r}: the number of partitions must be a positive integer, got "

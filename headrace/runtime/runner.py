@@ -3,6 +3,7 @@ restart from its checkpoint."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import signal
@@ -18,6 +19,9 @@ from headrace.errors import HeadraceError, PipelineFailed, raised_inside
 from headrace.runtime.compatibility import record_plan, verify_restart
 from headrace.runtime.progress import ProgressDisplay
 from headrace.runtime.session import get_session
+from headrace.spark.compiler import compile_plan
+from headrace.spark.specs import check_plan, trigger_interval
+from headrace.spark.writer import start_query
 
 
 def default_state_dir() -> str:
@@ -47,7 +51,7 @@ class PipelineRun:
                  progress: str = "line", fresh: bool = False, trigger_interval: str | None = None) -> None:
         self.pipeline = pipeline
         self.plan = pipeline.plan
-        self.plan.validate()
+        check_plan(self.plan)
         root = Path(state_dir or default_state_dir()) / self.plan.name
         self.checkpoint = str(root / "checkpoint")
         self.run_dir = str(root / "run")
@@ -64,9 +68,6 @@ class PipelineRun:
 
     # -- life cycle -----------------------------------------------------------------------------
     def start(self) -> PipelineRun:
-        from headrace.spark.compiler import compile_plan
-        from headrace.spark.writer import start_query
-
         root = str(Path(self.checkpoint).parent)
         verify_restart(self.plan, root)  # before Spark starts: refuse a checkpoint this plan cannot continue
         spark = get_session(self.master)
@@ -121,12 +122,28 @@ class PipelineRun:
 
     def settle(self) -> None:
         """Block until every offset the sources have handed out is processed and committed."""
+        if trigger_interval(self.plan, None):
+            return self._settle_timed()
         try:
             self.query.processAllAvailable()
         except Exception as exc:  # noqa: BLE001 - Spark raises its own wrapper types
             self._stop_quietly()
             raise translate_failure(self.plan.name, exc) from None
         self.poll()
+
+    def _settle_timed(self) -> None:
+        """``settle`` for a query in Spark's processing-time mode, which runs a micro-batch at
+        every trigger and so is never idle for ``processAllAvailable``: wait for a micro-batch
+        planned after now that found no offset beyond those it read."""
+        since = time.time()
+        while True:
+            self.poll()
+            done = [p for p in self.progress_log
+                    if _started_at(p) >= since and all(s.get("endOffset") == s.get("latestOffset")
+                                                       for s in p.get("sources", []))]
+            if done:
+                return
+            time.sleep(0.05)
 
     def wait(self, until_exhausted: bool | None = None, max_seconds: float | None = None,
              on_settled: Callable[[PipelineRun], None] | None = None) -> RunResult:
@@ -192,6 +209,12 @@ def translate_failure(pipeline: str, exc: BaseException) -> HeadraceError:
         return inner
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return PipelineFailed(f"pipeline {pipeline!r} failed: {first}")
+
+
+def _started_at(progress: dict[str, Any]) -> float:
+    """When Spark started the micro-batch of a progress report, in seconds since the epoch."""
+    stamp = progress["timestamp"].replace("Z", "+00:00")
+    return datetime.datetime.fromisoformat(stamp).timestamp()
 
 
 def run(pipeline: Any, *, state_dir: str | None = None, master: str | None = None, progress: str = "line",

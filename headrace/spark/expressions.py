@@ -8,6 +8,7 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from headrace.aggregates import Agg
 from headrace.expr import Expr
 
 _BINARY = {
@@ -46,3 +47,17 @@ def to_column(e: Expr) -> Column:
     if e.op == "upper":
         return F.upper(args[0])
     raise ValueError(f"unknown expression operator {e.op!r}")
+
+
+_AGGREGATES: dict[str, Any] = {
+    "count": lambda c: F.count(F.lit(1)),
+    "sum": lambda c: F.sum(F.col(f"`{c}`")),
+    "min": lambda c: F.min(F.col(f"`{c}`")),
+    "max": lambda c: F.max(F.col(f"`{c}`")),
+    "mean": lambda c: F.avg(F.col(f"`{c}`")),
+}
+
+
+def aggregate_columns(aggs: tuple[tuple[str, Agg], ...]) -> list[Column]:
+    """Spark's own aggregate for each built-in aggregate, named as the step names it."""
+    return [_AGGREGATES[agg.func](agg.column).alias(name) for name, agg in aggs]

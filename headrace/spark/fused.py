@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import dis
 import reprlib
-import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,19 +21,9 @@ import pyarrow as pa
 from headrace.connectors.base import CONTROL_COLUMN
 from headrace.errors import StepFunctionError
 
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
-    "float": pa.float32(), "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC"),
-    "date": pa.date32(), "binary": pa.binary(),
-}
-
 _repr = reprlib.Repr()
 _repr.maxstring = 120
 _repr.maxother = 120
-
-
-def arrow_schema(schema: Iterable[tuple[str, str]]) -> pa.Schema:
-    return pa.schema([pa.field(name, ARROW_TYPES[type_name]) for name, type_name in schema])
 
 
 @dataclass(frozen=True)
@@ -298,106 +286,6 @@ class FusedStage:
                     f"an iterable of dicts (record: {_repr.repr(_plain(r))})") from None
             out.extend(_as_dict(item, step, r) for item in iterator)
         return out
-
-
-# -- which columns a stage reads ------------------------------------------------------------------
-#
-# Spark hands ``mapInArrow`` every column of its input, and cannot prune the ones the Python
-# code never reads: the compiler can, by selecting ``stage_columns(...)`` before the stage.
-# On YSB's python variant (a filter reading 1 of 7 columns, a map reading 2) that made the
-# stage about 15 % faster (docs/performance.md).
-
-_SKIPPED = frozenset({"CACHE", "PRECALL", "NOP", "EXTENDED_ARG", "RESUME"})
-_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"})
-_DYNAMIC = frozenset({"locals", "vars", "eval", "exec", "globals"})
-
-
-def fields_read(fn: Callable[..., Any]) -> frozenset[str] | None:
-    """The fields of its record that a row function reads, when its code shows them all.
-
-    Every use of the record (the first argument) must be ``record["name"]``,
-    ``record.get("name")``, ``record.get("name", <constant>)`` or ``"name" in record`` with a
-    constant name. Anything else (the record passed on, returned, stored, iterated, unpacked,
-    written, captured by an inner function) gives None: the function may read any field.
-
-    >>> sorted(fields_read(lambda r: r["a"] + r.get("b", 0) if "c" in r else r.get("d")))
-    ['a', 'b', 'c', 'd']
-    >>> fields_read(lambda r: {**r, "x": 1}) is None
-    True
-    >>> fields_read(lambda r: r["a" + r["b"]]) is None
-    True
-    """
-    code = getattr(fn, "__code__", None)
-    if not isinstance(fn, types.FunctionType) or code is None or code.co_argcount < 1:
-        return None
-    name = code.co_varnames[0]
-    if name in code.co_cellvars or _DYNAMIC & set(code.co_names):
-        return None
-    ops = [op for op in dis.get_instructions(code) if op.opname not in _SKIPPED]
-    fields: set[str] = set()
-
-    nothing = types.SimpleNamespace(opname="", argval=None, arg=None, argrepr="")
-
-    def at(k: int) -> Any:
-        return ops[k] if 0 <= k < len(ops) else nothing
-
-    def constant_name(op: Any) -> str | None:
-        return op.argval if op.opname == "LOAD_CONST" and isinstance(op.argval, str) else None
-
-    for k, op in enumerate(ops):
-        touched = op.argval == name or (isinstance(op.argval, tuple) and name in op.argval)
-        if "FAST" not in op.opname or not touched:
-            continue
-        if op.opname not in _READS:
-            return None  # stored, deleted, or loaded together with another variable
-        after, then = at(k + 1), at(k + 2)
-        key = constant_name(after)
-        subscript = then.opname == "BINARY_SUBSCR" or (then.opname == "BINARY_OP" and then.argrepr == "[]")
-        if key is not None and subscript:
-            fields.add(key)  # record["name"]
-            continue
-        before = constant_name(at(k - 1))
-        if before is not None and after.opname == "CONTAINS_OP":
-            fields.add(before)  # "name" in record
-            continue
-        key = constant_name(then)
-        if key is not None and after.opname in ("LOAD_METHOD", "LOAD_ATTR") and after.argval == "get":
-            call, default_call = at(k + 3), at(k + 4)
-            if call.opname == "CALL" and call.arg == 1:
-                fields.add(key)  # record.get("name")
-                continue
-            constant_default = call.opname in ("LOAD_CONST", "LOAD_SMALL_INT")
-            if constant_default and default_call.opname == "CALL" and default_call.arg == 2:
-                fields.add(key)  # record.get("name", constant)
-                continue
-        return None
-    return frozenset(fields)
-
-
-def stage_columns(steps: list[StepSpec], columns: list[str]) -> list[str] | None:
-    """The columns of a stage's input (``columns``, in that order) that its steps read, when
-    that is fewer than all: the fields read up to the first map or flat_map with a declared
-    output schema (its output replaces the record). None when the stage may need every column
-    (a step whose reads its code does not show, a batch step, or no map: filters and keys
-    pass every column on).
-
-    >>> out = pa.schema([pa.field("ad", pa.string())])
-    >>> stage_columns([StepSpec("views", "filter", lambda e: e["type"] == "view", "", None, None),
-    ...                StepSpec("project", "map", lambda e: {"ad": e["ad"]}, "", None, out)],
-    ...               ["user", "ad", "type", "time"])
-    ['ad', 'type']
-    """
-    needed: set[str] = set()
-    for step in steps:
-        fields = fields_read(step.fn) if step.mode in ("filter", "key", "map", "flat_map") else None
-        if fields is None:
-            return None
-        needed |= fields
-        if step.mode in ("map", "flat_map") and step.output is not None:
-            chosen = [c for c in columns if c in needed]
-            # A batch without columns would lose its row count: keep one column at least.
-            return (chosen or columns[:1]) if len(chosen) < len(columns) else None
-    return None
 
 
 def _key(value: Any) -> str | None:

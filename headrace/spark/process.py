@@ -1,7 +1,7 @@
 """The keyed process step on Spark's ``transformWithStateInPandas`` with the RocksDB state store.
 
 Grouped by the step's key (``headrace/spark/stateful.py``): each key keeps its own
-:class:`~headrace.process.ProcessState` (its state cells and timers) under its key. When the
+:class:`~headrace.operators.process_logic.ProcessState` (its state cells and timers) under its key. When the
 stream has event time, one Spark event-time timer per key wakes it for its earliest
 event-time timer. Spark's processing-time mode is not used: it cannot be combined with
 event-time timers; processing-time timers fire when their key next runs (a record or an
@@ -14,20 +14,22 @@ TTL evicts the state of a key that goes quiet, so keys that stop coming cost not
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
+from headrace.code_locations import function_label
 from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
-from headrace.plan.nodes import function_label
-from headrace.process import EVENT_TIME, ProcessLogic, ProcessState, declared_state, to_watermark
-from headrace.schema import to_ddl
+from headrace.operators.process_logic import ProcessLogic, ProcessState, to_watermark
+from headrace.plan.graph import Plan
+from headrace.plan.nodes import KeyedProcessNode
+from headrace.process import EVENT_TIME, declared_state
+from headrace.schema import INTEGER_DTYPES, to_ddl
 from headrace.spark.stateful import (
     GROUP,
-    INTEGER_TYPES,
     SEQUENCE,
     TIME,
     KeyCell,
@@ -41,6 +43,9 @@ from headrace.spark.stateful import (
     read_group,
     uses_test_clock,
 )
+
+if TYPE_CHECKING:
+    from headrace.spark.compiler import Lowering
 
 NOW = "_hr_now"
 
@@ -94,17 +99,21 @@ class KeyedProcessDriver(StatefulProcessor):
         pass
 
 
-def _spark_ttl(fn: Any, test_clock: bool) -> int | None:
-    """Spark's TTL for a key's state: the longest declared TTL when every state has one (under the
-    test clock, headrace's own TTL on that clock is the only one)."""
-    ttls = [state.ttl_ms for state in declared_state(type(fn)).values()]
-    if test_clock or not ttls or any(t is None for t in ttls):
+def spark_ttl(plan: Plan, node: KeyedProcessNode) -> int | None:
+    """Spark's TTL for a key's state: the longest declared TTL when every state has one. None
+    under the test clock (headrace's own TTL on that clock is the only one) and with event
+    time (Spark's TTL needs its processing-time mode, which has no event-time timers): then a
+    quiet key's expired state goes when the key next runs."""
+    ttls = [state.ttl_ms for state in declared_state(type(node.fn)).values()]
+    if uses_test_clock(plan) or plan.nodes[node.inputs[0]].event_time or not ttls or None in ttls:
         return None
     return max(t for t in ttls if t is not None)
 
 
-def lower_keyed_process(node: Any, df: DataFrame, plan: Any) -> DataFrame:
+def lower_process(node: KeyedProcessNode, lowering: Lowering) -> DataFrame:
     """The keyed process step as a stateful processor; returns its output records."""
+    df, plan = lowering.input(node), lowering.plan
+    assert node.schema is not None  # a process step declares its output schema
     keyed = plan.nodes[node.inputs[0]]
     keys, event_time = list(keyed.keys or ()), keyed.event_time
     prepared = prepare_input(df, keys, event_time, clock_keys(plan, keys))
@@ -112,13 +121,14 @@ def lower_keyed_process(node: Any, df: DataFrame, plan: Any) -> DataFrame:
     hidden = {CONTROL_COLUMN, TIME, NOW, SEQUENCE, GROUP}
     value_fields = [c for c in prepared.columns if c not in hidden]
     types = dict(prepared.dtypes)
-    integers = frozenset(f for f in value_fields if types.get(f) in INTEGER_TYPES)
+    integers = frozenset(f for f in value_fields if types.get(f) in INTEGER_DTYPES)
     prepared = exact_integers(prepared, integers)
     label = function_label(type(node.fn).process)
     logic = ProcessLogic(node.name, node.fn, node.schema, event_time is not None, label)
     test_clock = uses_test_clock(plan)
+    ttl_ms = spark_ttl(plan, node)
     driver = KeyedProcessDriver(logic, keys, value_fields, integers, event_time, prepared.columns, test_clock,
-                                _spark_ttl(node.fn, test_clock))
+                                ttl_ms)
+    time_mode = "EventTime" if event_time else "ProcessingTime" if ttl_ms is not None else "None"
     return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
-        statefulProcessor=driver, outputStructType=to_ddl(node.schema), outputMode="Append",
-        timeMode="EventTime" if event_time else "None")
+        statefulProcessor=driver, outputStructType=to_ddl(node.schema), outputMode="Append", timeMode=time_mode)

@@ -19,6 +19,7 @@ stream (no key) groups by one constant.
 
 from __future__ import annotations
 
+import io
 import pickle
 from collections.abc import Iterator
 from itertools import repeat
@@ -105,9 +106,6 @@ def group_frame(rows: Iterator[pd.DataFrame], columns: list[str]) -> pd.DataFram
     return frame
 
 
-INTEGER_TYPES = ("bigint", "int", "smallint", "tinyint")
-
-
 def records_of(frame: pd.DataFrame, fields: list[str], integers: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The rows as dicts of Python scalars, built a column at a time, with nulls as None and the
     ``integers`` fields (decimals on the way, see ``exact_integers``) as int."""
@@ -154,6 +152,28 @@ def key_value(key: tuple[Any, ...], keys: list[str]) -> Any:
     return key[0] if len(keys) == 1 else tuple(key)
 
 
+# Where the classes of operator state lived when older versions pickled them: their state
+# still names the old module, so a checkpoint they wrote keeps loading.
+_MOVED = {
+    ("headrace.window_state", "WindowState"): "headrace.operators.window_panes",
+    ("headrace.window_state", "Pane"): "headrace.operators.window_panes",
+    ("headrace.process", "ProcessState"): "headrace.operators.process_logic",
+}
+
+
+class _MovedClasses(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(_MOVED.get((module, name), module), name)
+
+
+def load_state(data: bytes) -> Any:
+    """Unpickle a key's stored operator state, also when an older version stored it."""
+    try:
+        return pickle.loads(data)
+    except (ModuleNotFoundError, AttributeError):
+        return _MovedClasses(io.BytesIO(data)).load()
+
+
 class KeyCell:
     """A key's state (pickled) and the Spark event-time timer it registered, in one value state."""
 
@@ -174,7 +194,7 @@ class KeyCell:
         self.timer = stored[1]
         if fired_timer is not None and self.timer is not None and self.timer <= fired_timer:
             self.timer = None
-        return pickle.loads(stored[0])
+        return load_state(stored[0])
 
     def save(self, state: Any, upcoming: float | None) -> None:
         """Store ``state`` (None: forget the key) and make sure a Spark timer wakes the key at

@@ -3,7 +3,7 @@ lateness, discarding panes, late side output, custom window functions), on Spark
 ``transformWithStateInPandas`` with the RocksDB state store.
 
 Grouped by the step's key (``headrace/spark/stateful.py``): each key keeps its own
-:class:`~headrace.window_state.WindowState` under its key, and one Spark event-time timer
+:class:`~headrace.operators.window_panes.WindowState` under its key, and one Spark event-time timer
 wakes it when the watermark reaches its next window end or expiry. The watermark comes from
 Spark (``TimerValues``); the input's watermark column is replaced by a plain copy so that
 Spark does not discard late records itself: the operator judges lateness, and every record it
@@ -16,19 +16,25 @@ import datetime
 import json
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
+from headrace.aggregates import result_type
 from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.errors import StepFunctionError
-from headrace.schema import TYPE_ALIASES
+from headrace.operators.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
+from headrace.operators.window_panes import Dropped, Fired, WindowLogic, WindowState
+from headrace.plan.graph import Plan
+from headrace.plan.nodes import LateRecordsNode, WindowAggregateNode
+from headrace.runtime.progress import LATE_METRIC_PREFIX
+from headrace.schema import INTEGER_DTYPES, TYPE_ALIASES
+from headrace.spark.expressions import aggregate_columns
 from headrace.spark.stateful import (
     GROUP,
-    INTEGER_TYPES,
     SEQUENCE,
     TIME,
     KeyCell,
@@ -42,7 +48,10 @@ from headrace.spark.stateful import (
     read_group,
     uses_test_clock,
 )
-from headrace.window_state import Dropped, Fired, WindowLogic, WindowState
+from headrace.spark.stateless import without_control
+
+if TYPE_CHECKING:
+    from headrace.spark.compiler import Lowering
 
 OUTPUT_KIND = "_hr_output"
 LATE_COLUMNS = ("late_step", "late_key", "late_event_time", "late_window_start", "late_window_end", "late_record")
@@ -148,8 +157,6 @@ class WindowProcessor(StatefulProcessor):
 def _result_fields(node: Any, types: dict[str, str]) -> list[tuple[str, str]]:
     """(name, Spark type) of the result columns of a window step, as the plan types them (an
     aggregate keeps its column's type: min of a timestamp is a timestamp)."""
-    from headrace.aggregates import result_type
-
     if node.function == "aggregates":
         planned = dict(node.schema or ())
         fields = []
@@ -162,8 +169,6 @@ def _result_fields(node: Any, types: dict[str, str]) -> list[tuple[str, str]]:
 
 
 def _logic(node: Any, value_fields: list[str]) -> WindowLogic:
-    from headrace.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
-
     function: Any = {
         "aggregates": lambda: BuiltinAggregates(node.aggs),
         "reduce": lambda: ReduceWindow(node.fn, [n for n, _ in node.result_schema]),
@@ -173,7 +178,7 @@ def _logic(node: Any, value_fields: list[str]) -> WindowLogic:
     return WindowLogic(node.window, node.emission, function)
 
 
-def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
+def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan) -> DataFrame:
     """The window step as a stateful processor; returns its raw output (panes and late records)."""
     keys = list(node.keys or ())
     event_time = node.event_time or plan.nodes[node.inputs[0]].event_time
@@ -197,13 +202,78 @@ def lower_window_processor(node: Any, df: DataFrame, plan: Any) -> DataFrame:
                "pane_kind string", "pane_index bigint"] + [f"`{n}` {t}" for n, t in results]
                + [f"{OUTPUT_KIND} string", "late_step string", "late_key string", "late_event_time timestamp",
                   "late_window_start timestamp", "late_window_end timestamp", "late_record string"])
-    integers = frozenset(f for f in value_fields if types.get(f) in INTEGER_TYPES)
+    integers = frozenset(f for f in value_fields if types.get(f) in INTEGER_DTYPES)
     prepared = exact_integers(prepared, integers)
     processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, integers,
                                 [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan))
     return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=", ".join(columns), outputMode="Append",
         timeMode="EventTime" if event_time else "None")
+
+
+def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
+    """Why a window step cannot use Spark's native window operator (empty: it can)."""
+    reasons = []
+    shape = node.window.to_json()
+    kind = shape["kind"]
+    if kind in ("count", "global"):
+        reasons.append(f"{kind} windows")
+    if kind == "sliding" and shape["slide_ms"] < shape["size_ms"] and node.emit == "final":
+        # Spark's operator counts a late record once for each window it missed
+        reasons.append("sliding windows (a late record is counted once, not once per window it missed)")
+    if not node.emission.is_default():
+        default = type(node.emission)()
+        if node.emission.trigger != default.trigger:
+            reasons.append(f"trigger: {node.emission.trigger.describe()}")
+        if node.emission.allowed_lateness_ms:
+            reasons.append(f"allowed lateness {node.emission.allowed_lateness_ms} ms")
+        if not node.emission.accumulating:
+            reasons.append("discarding panes")
+    if node.function != "aggregates":
+        reasons.append(f"a {node.function.replace('_', ' ')}")
+    if any(c.kind == "late_records" for c in plan.consumers(node.name)):
+        reasons.append("a late side output")
+    return reasons
+
+
+def window_lowered_as(plan: Plan, node: WindowAggregateNode) -> str:
+    reasons = window_needs_processor(plan, node)
+    if reasons:
+        return ("stateful processor (transformWithStateInPandas, state per key, event-time timers) "
+                f"because of {', '.join(reasons)}")
+    operator = "session_window" if node.window.to_json()["kind"] == "session" else "window"
+    mode = "append" if node.emit == "final" else "update"
+    return f"native Spark {operator} aggregate, {mode} mode (its semantics match Spark's operator)"
+
+
+def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
+    """The window step: Spark's native window aggregate where its semantics match, otherwise
+    the stateful processor (whose raw output, panes and late records, the compilation keeps)."""
+    if window_needs_processor(lowering.plan, node):
+        raw = _lower_processor(node, lowering.input(node), lowering.plan)
+        late = F.count(F.when(F.col(OUTPUT_KIND) == "late", 1)).alias("late_dropped")
+        raw = raw.observe(f"{LATE_METRIC_PREFIX}{node.name}", late)
+        lowering.raw_windows[node.name] = raw
+        return window_panes(raw, node.schema)
+    df = without_control(lowering.input(node))
+    shape = node.window.to_json()
+    event_time = F.col(f"`{node.event_time or lowering.plan.nodes[node.inputs[0]].event_time}`")
+    if shape["kind"] == "session":
+        window = F.session_window(event_time, f"{shape['gap_ms']} milliseconds")
+    else:
+        slide = shape.get("slide_ms", shape["size_ms"])
+        window = F.window(event_time, f"{shape['size_ms']} milliseconds", f"{slide} milliseconds",
+                          f"{shape['offset_ms']} milliseconds")
+    keys = [F.col(f"`{k}`") for k in node.keys or ()]
+    grouped = df.groupBy(*keys, window.alias("_hr_window")).agg(*aggregate_columns(node.aggs))
+    return grouped.select(*keys, F.col("_hr_window.start").alias("window_start"),
+                          F.col("_hr_window.end").alias("window_end"),
+                          *[F.col(f"`{name}`") for name, _ in node.aggs])
+
+
+def lower_late_records(node: LateRecordsNode, lowering: Lowering) -> DataFrame:
+    lowering.frame(node.inputs[0])
+    return window_late_records(lowering.raw_windows[node.inputs[0]])
 
 
 def window_panes(raw: DataFrame, schema: Any) -> DataFrame:

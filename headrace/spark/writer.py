@@ -21,11 +21,13 @@ from headrace.errors import SinkError, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
 from headrace.runtime.checkpoints import query_id
+from headrace.spark.compiler import Compiled, Lowering
+from headrace.spark.specs import native_sink_format, spec_of, trigger_interval
 
 SINK_TAG = "_hr_sink"
 
 
-def start_query(plan: Plan, compiled: Any, checkpoint: str, run_dir: str, trigger_interval: str | None) -> Any:
+def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, asked_interval: str | None) -> Any:
     owner = f"{plan.name}@{query_id(checkpoint)}"
     sinks = [_bound(sink, owner) for sink in plan.sinks()]
     for sink in sinks:
@@ -43,9 +45,10 @@ def start_query(plan: Plan, compiled: Any, checkpoint: str, run_dir: str, trigge
         stream, dispatch = _tagged(sinks, frames)
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
               .outputMode(compiled.output_mode))
-    if trigger_interval:
-        writer = writer.trigger(processingTime=trigger_interval)
-    native = sinks[0].connector.native_format if len(sinks) == 1 else None
+    interval = trigger_interval(plan, asked_interval)
+    if interval:
+        writer = writer.trigger(processingTime=interval)
+    native = native_sink_format(plan, sinks[0])
     if native:
         writer = writer.format(native).options(**sinks[0].connector.native_options())
     else:
@@ -111,18 +114,13 @@ def _same_stream(sinks: list[SinkNode]) -> Any:
     return dispatch
 
 
-# Steps that work the same on a micro-batch's DataFrame as on the stream: a branch made of them
-# can run inside foreachBatch.
-_PER_BATCH_KINDS = ("native", "python", "key_by", "join", "late_records", "sink")
-
-
 def _path_up(plan: Plan, sink: SinkNode) -> list[str]:
     """From a sink upwards while the steps can run per batch; ends with the first that cannot."""
     path, name = [], sink.inputs[0]
     while True:
         path.append(name)
         node = plan.nodes[name]
-        if node.kind not in _PER_BATCH_KINDS or not node.inputs:
+        if not spec_of(node).per_batch or not node.inputs:
             return path
         name = node.inputs[0]
 
@@ -138,9 +136,7 @@ def shared_root(plan: Plan) -> str | None:
     return None
 
 
-def _from_root(plan: Plan, compiled: Any, root: str, sinks: list[SinkNode], run_dir: str) -> tuple[DataFrame, Any]:
-    from headrace.spark.compiler import Lowering
-
+def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str) -> tuple[DataFrame, Any]:
     lowering = compiled.lowering
     stream = lowering.raw_windows.get(root) or lowering.frame(root)
 

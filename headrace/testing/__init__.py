@@ -25,6 +25,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from headrace.connectors.base import (
     CONTROL_COLUMN,
     FLUSH_TIME_MS,
@@ -36,7 +38,8 @@ from headrace.connectors.base import (
     mark_exhausted,
 )
 from headrace.errors import PlanError
-from headrace.schema import Schema, schema_of
+from headrace.runtime.runner import PipelineRun
+from headrace.schema import Schema, arrow_schema, schema_of, to_ddl
 
 __all__ = ["ProcessingTime", "TestSource", "TestSink", "Watermark", "run_to_completion"]
 
@@ -168,7 +171,6 @@ class _TestDataSource(DataSource):
     def schema(self) -> str:
         with open(self._data_path(), "rb") as handle:
             schema = pickle.load(handle)["schema"]
-        from headrace.schema import to_ddl
         return f"{to_ddl(schema)}, `{CONTROL_COLUMN}` long"
 
     def _data_path(self) -> str:
@@ -196,10 +198,6 @@ class _TestReader(DataSourceStreamReader):
         return [InputPartition(step) for step in range(start["step"], end["step"])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow as pa
-
-        from headrace.spark.fused import arrow_schema
-
         with open(self.path, "rb") as handle:
             data = pickle.load(handle)
         schema = arrow_schema(data["schema"]).append(pa.field(CONTROL_COLUMN, pa.int64()))
@@ -241,8 +239,6 @@ def run_to_completion(pipeline: Any, *, state_dir: str | None = None, progress: 
     """Run ``pipeline`` until every source is exhausted, offering each TestSource
     micro-batch only after the previous one is fully processed. Returns each TestSink's rows
     by sink name. ``on_step(run)`` is called after each step settles."""
-    from headrace.runtime.runner import PipelineRun
-
     _ship_test_modules(pipeline)
     state = state_dir or tempfile.mkdtemp(prefix="headrace-test-")
     run = PipelineRun(pipeline, state_dir=state, progress=progress, fresh=state_dir is None)

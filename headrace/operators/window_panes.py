@@ -1,5 +1,7 @@
 """The event-time window operator's logic, free of Spark: windows per key, triggers,
 allowed lateness, accumulation, session merging, count windows and the late side output.
+What a window computes from its records is a :class:`WindowFunction`
+(``headrace/operators/window_functions.py``).
 
 One :class:`WindowState` holds the windows of one key, stored under that key; Spark's
 stateful processor (``headrace/spark/windows.py``) loads it, feeds it the key's records of a
@@ -10,36 +12,17 @@ watermark left by the batches before it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.operators.window_functions import WindowFunction
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission, EveryN
 from headrace.windows import Count, Global, Session, WindowShape
 
 NEG_INF = -math.inf
 _NO_WINDOW: Any = object()  # a key without an open tumbling count window
 
-class WindowFunction:
-    """How a window turns records into a result: create, add, merge and result."""
-
-    # True when ``add`` has no side effects and does not fail on a record the plan accepted, so
-    # that a tumbling count window may fold each record in as it arrives instead of keeping the
-    # records until the window is full (the result is the same either way).
-    incremental: bool = False
-
-    def create(self) -> Any:
-        raise NotImplementedError
-
-    def add(self, accumulator: Any, record: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def merge(self, a: Any, b: Any) -> Any:
-        raise NotImplementedError
-
-    def result(self, accumulator: Any, key: Any, window: tuple[int | None, int | None]) -> list[dict[str, Any]]:
-        """The output records of one pane (usually one)."""
-        raise NotImplementedError
 
 @dataclass
 class Pane:
@@ -51,6 +34,7 @@ class Pane:
     timer: float | None = None  # processing time of a due early pane
     panes_emitted: int = 0
 
+
 @dataclass
 class Fired:
     key: Any
@@ -60,12 +44,14 @@ class Fired:
     pane: int
     results: list[dict[str, Any]]
 
+
 @dataclass
 class Dropped:
     key: Any
     record: dict[str, Any]
     window_start: int | None
     window_end: int | None
+
 
 @dataclass
 class WindowState:
@@ -84,8 +70,10 @@ class WindowState:
         """Nothing to remember: no open window, no count window under way, no pane index to continue."""
         return not (self.panes or self.counts or self.since or self.count_panes or self.count_accs)
 
+
 def _label(start: float, end: float) -> tuple[int | None, int | None]:
     return (None if start == NEG_INF else int(start), None if end == math.inf else int(end))
+
 
 class WindowLogic:
     """The operator for one window step: shape, emission policy and window function."""
@@ -277,7 +265,6 @@ class WindowLogic:
             state.count_accs[key] = accumulator
             state.since[key] = since
 
+
 def _order(ident: tuple[Any, float, float]) -> tuple[str, float, float]:
     return (str(ident[0]), ident[1], ident[2])
-
-AggregateCallable = Callable[..., Any]

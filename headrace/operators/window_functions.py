@@ -1,21 +1,25 @@
-"""What a window computes from its records: built-in aggregates, a reduce function, an
-aggregate function (create, add, merge, result), or a process-window function that sees
-all the window's records and its bounds."""
+"""What a window computes from its records, free of Spark: the :class:`WindowFunction`
+protocol (create, add, merge, result) and its four kinds - built-in aggregates, a reduce
+function, a user's ``hr.AggregateFunction``, or a process-window function that sees all the
+window's records and its bounds. :class:`~headrace.operators.window_panes.WindowLogic` keeps
+one accumulator per pane and calls these.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from headrace.aggregates import Agg
-from headrace.window_state import WindowFunction
+from headrace.aggregates import Agg, AggregateFunction
 
 
-class AggregateFunction:
-    """Base for user aggregate functions: subclass and implement the four methods.
+class WindowFunction:
+    """How a window turns records into a result: create, add, merge and result."""
 
-    ``merge`` is used when session windows merge; ``result`` returns the output record (a dict).
-    """
+    # True when ``add`` has no side effects and does not fail on a record the plan accepted, so
+    # that a tumbling count window may fold each record in as it arrives instead of keeping the
+    # records until the window is full (the result is the same either way).
+    incremental: bool = False
 
     def create(self) -> Any:
         raise NotImplementedError
@@ -26,7 +30,8 @@ class AggregateFunction:
     def merge(self, a: Any, b: Any) -> Any:
         raise NotImplementedError
 
-    def result(self, accumulator: Any) -> dict[str, Any]:
+    def result(self, accumulator: Any, key: Any, window: tuple[int | None, int | None]) -> list[dict[str, Any]]:
+        """The output records of one pane (usually one)."""
         raise NotImplementedError
 
 
@@ -106,6 +111,8 @@ class ReduceWindow(WindowFunction):
 
 
 class UserAggregate(WindowFunction):
+    """A user's ``hr.AggregateFunction``: its ``result(accumulator)`` is the pane's one record."""
+
     def __init__(self, function: AggregateFunction) -> None:
         self.function = function
 

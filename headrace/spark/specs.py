@@ -1,0 +1,191 @@
+"""One spec per node kind, registered in ``SPECS``: how the kind is lowered to Spark, how
+``explain`` names that lowering, whether it runs the same on one micro-batch, and what it
+asks of the pipeline's one Spark query (state, output mode, the watermark, control rows).
+
+The compiler, ``explain``, the writer, the one-query rules below and the checkpoint
+compatibility check all read these specs, so none of them re-derives another's choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from headrace.errors import step_error
+from headrace.plan.graph import Plan
+from headrace.plan.nodes import KeyByNode, Node, PythonStep
+from headrace.spark import stateless
+from headrace.spark.process import lower_process, spark_ttl
+from headrace.spark.rolling import lower_rolling
+from headrace.spark.windows import lower_late_records, lower_window, window_lowered_as
+
+
+def _no_output_mode(node: Any) -> str | None:
+    return None
+
+
+def _never(*node: Any) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    lower: Callable[[Any, Any], Any]  # (node, the compilation) -> the node's DataFrame
+    lowered_as: str | Callable[[Plan, Any], str]  # for explain
+    per_batch: bool = False  # gives the same rows on one micro-batch's DataFrame as on the stream
+    stateful: bool = False  # keeps state in Spark's state store across micro-batches
+    output_mode: Callable[[Any], str | None] = _no_output_mode  # the Spark output mode it needs
+    runs_alone: Callable[[Any], bool] = _never  # its Spark operator cannot share a query with another
+    reads_watermark: bool = False  # its results depend on the watermark (windows, timers)
+    reads_control: bool = False  # needs the control rows of its sources (watermark moves, test clock)
+    # runs in Spark's processing-time mode (its state expires by Spark's TTL), which runs a
+    # micro-batch at every trigger, with data or not
+    processing_time: Callable[[Plan, Any], bool] = _never
+
+    def describe(self, plan: Plan, node: Node) -> str:
+        return self.lowered_as if isinstance(self.lowered_as, str) else self.lowered_as(plan, node)
+
+
+def python_chains(plan: Plan) -> list[list[str]]:
+    """Runs of consecutive Python steps fused into one Arrow-batched stage.
+
+    A step joins the chain of its input when that input is a Python step with no other consumer
+    (a ``key_by`` node between them, which only names the keys, does not count).
+    """
+    chains: list[list[str]] = []
+    chain_of: dict[str, list[str]] = {}
+    for node in plan.nodes.values():
+        if not isinstance(node, PythonStep):
+            continue
+        parent = node.inputs[0]
+        while isinstance(plan.nodes[parent], KeyByNode) and len(plan.consumers(parent)) == 1:
+            parent = plan.nodes[parent].inputs[0]
+        if parent in chain_of and len(plan.consumers(parent)) == 1:
+            chain = chain_of[parent]
+        else:
+            chain = []
+            chains.append(chain)
+        chain.append(node.name)
+        chain_of[node.name] = chain
+    return chains
+
+
+def _python_lowered_as(plan: Plan, node: Node) -> str:
+    for number, chain in enumerate(python_chains(plan), start=1):
+        if node.name in chain:
+            return f"fused Python stage #{number} (mapInArrow: {' -> '.join(chain)})"
+    raise AssertionError(f"{node.name} is in no Python chain")
+
+
+def _process_lowered_as(plan: Plan, node: Any) -> str:
+    timers = ("event-time timers of Spark wake each key" if plan.nodes[node.inputs[0]].event_time
+              else "no event time: timers are checked when their key runs")
+    ttl = ", Spark's state TTL evicts quiet keys" if spark_ttl(plan, node) is not None else ""
+    return f"stateful processor (transformWithStateInPandas, state per key, {timers}{ttl})"
+
+
+def native_sink_format(plan: Plan, node: Any) -> str | None:
+    """The format of Spark's own streaming writer for the sink ``node``, when it is the
+    pipeline's only sink and its connector has one; otherwise sinks commit per batch."""
+    return node.connector.native_format if len(plan.sinks()) == 1 else None
+
+
+def _sink_lowered_as(plan: Plan, node: Any) -> str:
+    writer = native_sink_format(plan, node)
+    return f"Spark's own {writer} streaming sink" if writer else "foreachBatch, committed by batch id"
+
+
+def _folds_in_python(node: Any) -> bool:
+    """A reduce, or aggregates whose keys expire, fold each key's records in Python."""
+    return node.reduce_fn is not None or node.ttl_ms is not None
+
+
+def _rolling_lowered_as(plan: Plan, node: Any) -> str:
+    if not _folds_in_python(node):
+        return "native Spark groupBy aggregate, update mode"
+    if node.ttl_ms is not None:
+        return "stateful processor (transformWithStateInPandas, Spark's state TTL per key), update mode"
+    return "stateful processor (applyInPandasWithState), update mode"
+
+
+SPECS: dict[str, NodeSpec] = {
+    "source": NodeSpec(stateless.lower_source, "Python data source"),
+    "table": NodeSpec(stateless.lower_table, "static DataFrame (broadcast)"),
+    "native": NodeSpec(stateless.lower_native, "native Spark expressions", per_batch=True),
+    "python": NodeSpec(stateless.lower_python, _python_lowered_as, per_batch=True),
+    "event_time": NodeSpec(stateless.lower_event_time, "native Spark watermark (withWatermark)",
+                           reads_control=True),
+    "key_by": NodeSpec(stateless.lower_key_by, "native (keys used by the next aggregate)", per_batch=True),
+    "rolling_aggregate": NodeSpec(lower_rolling, _rolling_lowered_as, stateful=True,
+                                  output_mode=lambda node: "update",
+                                  runs_alone=_folds_in_python,
+                                  processing_time=lambda plan, node: node.ttl_ms is not None),
+    "window_aggregate": NodeSpec(lower_window, window_lowered_as, stateful=True,
+                                 output_mode=lambda node: "append" if node.emit == "final" else "update",
+                                 reads_watermark=True),
+    "late_records": NodeSpec(lower_late_records, "the window processor's late side output", per_batch=True),
+    "keyed_process": NodeSpec(lower_process, _process_lowered_as, stateful=True,
+                              output_mode=lambda node: "append", reads_watermark=True, reads_control=True,
+                              processing_time=lambda plan, node: spark_ttl(plan, node) is not None),
+    "join": NodeSpec(stateless.lower_join, "native stream-static join (broadcast)", per_batch=True),
+    "union": NodeSpec(stateless.lower_union, "native union"),
+    "dead_letters": NodeSpec(stateless.lower_dead_letters, "native filter of the source's dead-letter columns"),
+    "sink": NodeSpec(stateless.lower_sink, _sink_lowered_as, per_batch=True),
+}
+STATEFUL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.stateful)
+
+
+def spec_of(node: Node) -> NodeSpec:
+    return SPECS[node.kind]
+
+
+def lowering_of(plan: Plan) -> dict[str, str]:
+    """One phrase per node: native Spark, fused Python stage, stateful processor."""
+    return {name: spec_of(node).describe(plan, node) for name, node in plan.nodes.items()}
+
+
+# Spark runs a query with a step in processing-time mode micro-batch after micro-batch, with
+# data or not; without a trigger interval of its own, such a pipeline gets this one.
+PROCESSING_TIME_TRIGGER = "1 second"
+
+
+def trigger_interval(plan: Plan, asked: str | None) -> str | None:
+    """The trigger interval the query runs with: the one asked for; else, when a step runs in
+    Spark's processing-time mode, ``PROCESSING_TIME_TRIGGER``; else none (as fast as possible)."""
+    if asked:
+        return asked
+    busy = any(spec_of(n).processing_time(plan, n) for n in plan.nodes.values())
+    return PROCESSING_TIME_TRIGGER if busy else None
+
+
+def output_mode(plan: Plan) -> str:
+    """Spark's output mode for the pipeline's query: ``update`` when a step emits updates."""
+    modes = {spec_of(n).output_mode(n) for n in plan.nodes.values()}
+    return "update" if "update" in modes else "append"
+
+
+def check_plan(plan: Plan) -> None:
+    """The plan's own checks, then those of running it as one Spark query: one output mode,
+    and an operator that runs alone shares the query with no other stateful step."""
+    plan.validate()
+    stateful = [n for n in plan.nodes.values() if spec_of(n).stateful]
+    appending = [n for n in stateful if spec_of(n).output_mode(n) == "append"]
+    updating = [n for n in stateful if spec_of(n).output_mode(n) == "update"]
+    if appending and updating:
+        first, other = appending[0], updating[0]
+        what = "a window with emit='final'" if first.kind == "window_aggregate" else "a process step"
+        raise step_error(first.name, first.defined_at,
+                         f"{what} cannot share pipeline {plan.name!r} with step {other.name!r} "
+                         f"({other.defined_at}), which emits updates: the pipeline runs as one Spark query with "
+                         "one output mode; use emit='updates' on windows, or a pipeline for each")
+    alone = [n for n in stateful if spec_of(n).runs_alone(n)]
+    if alone and len(stateful) > 1:
+        step = alone[0]
+        other = next(n for n in stateful if n is not step)
+        what = "a reduce" if getattr(step, "reduce_fn", None) else "a rolling aggregate with a ttl"
+        raise step_error(step.name, step.defined_at,
+                         f"{what} cannot share pipeline {plan.name!r} with the stateful step "
+                         f"{other.name!r} ({other.defined_at}): Spark runs a pipeline as one query, and its per-key "
+                         "Python state cannot run beside another aggregate; give it a pipeline of its own")
+

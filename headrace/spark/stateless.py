@@ -1,0 +1,187 @@
+"""Lowering the stateless node kinds to Spark: sources, tables, column expressions, fused
+Python stages, the event-time declaration, joins, unions, dead letters and sinks.
+
+Each ``lower_*`` takes a node and the compilation (``headrace/spark/compiler.py``) and returns
+the node's DataFrame; ``headrace/spark/specs.py`` registers them. Control rows (``_hr_ctl``,
+see ``headrace/connectors/base.py``) carry watermark moves and the end-of-input flush through
+these steps until the operator that needs them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from headrace.code_locations import function_label
+from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext
+from headrace.plan.nodes import (
+    DeadLettersNode,
+    EventTimeNode,
+    JoinNode,
+    NativeStep,
+    Node,
+    PythonStep,
+    SinkNode,
+    SourceNode,
+    TableNode,
+    UnionNode,
+)
+from headrace.runtime.progress import DEAD_LETTER_METRIC_PREFIX
+from headrace.schema import arrow_schema, to_ddl, type_name_of_arrow
+from headrace.spark.expressions import to_column
+from headrace.spark.fused import FusedStage, StepSpec
+
+if TYPE_CHECKING:
+    from headrace.spark.compiler import Lowering
+
+
+def is_data() -> Column:
+    """True on data rows, in a form Catalyst cannot push below the watermark operator
+    (``spark_partition_id`` is non-deterministic), so the watermark still sees control rows."""
+    return F.col(CONTROL_COLUMN).isNull() | (F.spark_partition_id() < 0)
+
+
+def without_control(df: DataFrame) -> DataFrame:
+    if CONTROL_COLUMN not in df.columns:
+        return df
+    return df.filter(is_data()).drop(CONTROL_COLUMN)
+
+
+def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
+    context = SourceContext(lowering.run_dir, node.name)
+    os.makedirs(lowering.run_dir, exist_ok=True)
+    node.connector.prepare(context)
+    data_source: Any = node.connector.data_source()
+    lowering.spark.dataSource.register(data_source)
+    df = (lowering.spark.readStream.format(data_source.name())
+          .options(**node.connector.options(), **context.options()).load())
+    if node.connector.emits_dead_letters:
+        lowering.raw_sources[node.name] = df
+        dead = F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters")
+        df = df.observe(f"{DEAD_LETTER_METRIC_PREFIX}{node.name}", dead)
+        df = df.filter(F.col(DEAD_COLUMNS[1]).isNull()).drop(*DEAD_COLUMNS)
+    if not lowering.needs_control(node.name):
+        df = df.filter(F.col(CONTROL_COLUMN).isNull()).drop(CONTROL_COLUMN)
+    return df
+
+
+def lower_table(node: TableNode, lowering: Lowering) -> DataFrame:
+    spark = lowering.spark
+    if node.rows is not None:
+        assert node.schema is not None
+        names = [n for n, _ in node.schema]
+        return spark.createDataFrame([tuple(r.get(n) for n in names) for r in node.rows], to_ddl(node.schema))
+    reader = spark.read.format(node.format or "parquet")
+    if node.schema is not None:
+        reader = reader.schema(to_ddl(node.schema))
+    if node.format == "csv":
+        reader = reader.option("header", "true")
+    return reader.load(node.path)
+
+
+def lower_native(node: NativeStep, lowering: Lowering) -> DataFrame:
+    df = lowering.input(node)
+    has_control = CONTROL_COLUMN in df.columns
+    if node.mode == "filter":
+        condition = to_column(node.exprs[0][1])
+        return df.filter(condition | F.col(CONTROL_COLUMN).isNotNull() if has_control else condition)
+    columns = {name: to_column(e).alias(name) for name, e in node.exprs}
+    if node.mode == "with_columns":
+        return df.withColumns(columns)
+    selected = list(columns.values()) + ([F.col(CONTROL_COLUMN)] if has_control else [])
+    return df.select(*selected)
+
+
+def lower_python(node: PythonStep, lowering: Lowering) -> DataFrame:
+    chain = [lowering.plan.nodes[name] for name in lowering.chains[node.name]]
+    df = lowering.input(chain[0])
+    has_control = CONTROL_COLUMN in df.columns
+    schema = to_arrow_schema(df.drop(CONTROL_COLUMN).schema if has_control else df.schema, timezone="UTC")
+    specs = []
+    for step in chain:
+        assert isinstance(step, PythonStep)
+        output = arrow_schema(step.output_schema) if step.output_schema and step.mode != "filter" else None
+        specs.append(StepSpec(step.name, step.mode, step.fn, function_label(step.fn), step.batch_format, output))
+        if output is not None:
+            schema = output
+        elif step.mode == "key":
+            schema = schema.append(pa.field("key", pa.string()))
+    stage = FusedStage(specs, schema, has_control)
+    spark_schema = to_ddl(tuple((f.name, type_name_of_arrow(f.type, where="a Python step's output")) for f in schema))
+    if has_control:
+        spark_schema += f", `{CONTROL_COLUMN}` long"
+    out = df.mapInArrow(stage, spark_schema)
+    if lowering.watermark_here(node):
+        delay = lowering.watermark_delay(node.name)
+        assert node.event_time is not None and delay is not None
+        out = with_watermark(out, node.event_time, delay)
+    return out
+
+
+def with_watermark(df: DataFrame, field_name: str, delay_ms: int) -> DataFrame:
+    """Declare the watermark on ``field_name``; control rows set their event time here."""
+    current = F.col(f"`{field_name}`")
+    if CONTROL_COLUMN in df.columns:
+        # a clock control row (negative) must not move the watermark: it counts as time 0
+        control_time = F.timestamp_millis(F.greatest(F.col(CONTROL_COLUMN), F.lit(0)) + F.lit(delay_ms))
+        current = F.when(F.col(CONTROL_COLUMN).isNotNull(), control_time).otherwise(current)
+        df = df.withColumn(field_name, current)
+    return df.withWatermark(field_name, f"{delay_ms} milliseconds")
+
+
+def lower_event_time(node: EventTimeNode, lowering: Lowering) -> DataFrame:
+    df = lowering.input(node)
+    field_name = node.event_time
+    assert field_name is not None
+    if dict(df.dtypes)[field_name] != "timestamp":
+        df = df.withColumn(field_name, F.timestamp_millis(F.col(f"`{field_name}`").cast("long")))
+    return with_watermark(df, field_name, node.delay_ms) if lowering.watermark_here(node) else df
+
+
+def lower_key_by(node: Node, lowering: Lowering) -> DataFrame:
+    return lowering.input(node)
+
+
+def lower_join(node: JoinNode, lowering: Lowering) -> DataFrame:
+    df = lowering.input(node)
+    table = lowering.input(node, 1)
+    on = list(node.on)
+    if CONTROL_COLUMN not in df.columns:
+        return df.join(F.broadcast(table), on=on, how=node.how)
+    # Control rows must survive the join: a left join keeps them, then unmatched data rows go.
+    marked = table.withColumn("_hr_matched", F.lit(True))
+    joined = df.join(F.broadcast(marked), on=on, how="left")
+    if node.how == "inner":
+        joined = joined.filter(F.col("_hr_matched").isNotNull() | F.col(CONTROL_COLUMN).isNotNull())
+    return joined.drop("_hr_matched")
+
+
+def lower_union(node: UnionNode, lowering: Lowering) -> DataFrame:
+    frames = [lowering.input(node, index) for index in range(len(node.inputs))]
+    result = frames[0]
+    for other in frames[1:]:
+        result = result.unionByName(other, allowMissingColumns=True)
+    return result
+
+
+def lower_dead_letters(node: DeadLettersNode, lowering: Lowering) -> DataFrame:
+    parts = []
+    for source in node.inputs:
+        lowering.frame(source)
+        raw = lowering.raw_sources[source]
+        parts.append(raw.filter(F.col(DEAD_COLUMNS[1]).isNotNull()).select(
+            F.lit(source).alias("source"), F.col(DEAD_COLUMNS[2]).alias("position"),
+            F.col(DEAD_COLUMNS[0]).alias("raw"), F.col(DEAD_COLUMNS[1]).alias("error")))
+    result = parts[0]
+    for other in parts[1:]:
+        result = result.unionByName(other)
+    return result
+
+
+def lower_sink(node: SinkNode, lowering: Lowering) -> DataFrame:
+    return without_control(lowering.input(node))
