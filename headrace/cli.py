@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def runtime_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--state-dir", help="where checkpoints live (default: $HEADRACE_STATE_DIR or .headrace)")
-        sub.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*])")
+        sub.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*,4])")
         shown = sub.add_mutually_exclusive_group()
         shown.add_argument("--quiet", action="store_true", help="no progress display")
         shown.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     rescale.add_argument("target", metavar="FILE[:PIPELINE]")
     rescale.add_argument("partitions", metavar="N", type=int, help="the new number of state partitions")
     rescale.add_argument("--state-dir", help="where checkpoints live (default: $HEADRACE_STATE_DIR or .headrace)")
-    rescale.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*])")
+    rescale.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*,4])")
     rescale.add_argument("--json", action="store_true", help="the result as JSON")
     rescale.set_defaults(handler=cmd_rescale)
 

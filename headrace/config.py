@@ -19,7 +19,8 @@ class Setting:
         return self.get().strip().lower() not in ("", "0", "false", "no", "off")
 
 
-MASTER = Setting("HEADRACE_MASTER", "local[*]", "Spark master URL: local[*], spark://host:7077, yarn, k8s://...")
+MASTER = Setting("HEADRACE_MASTER", "local[*,4]",
+                 "Spark master URL: local[*,4] (every core, 4 attempts per task), spark://host:7077, yarn, k8s://...")
 STATE_DIR = Setting("HEADRACE_STATE_DIR", ".headrace", "directory holding each pipeline's checkpoint and run files")
 SPARK_UI = Setting("HEADRACE_SPARK_UI", "0", "1 to start Spark's web UI (off by default)")
 SPARK_LOG_LEVEL = Setting("HEADRACE_SPARK_LOG_LEVEL", "ERROR", "Spark's log level (ERROR, WARN, INFO, DEBUG)")
@@ -36,6 +37,6 @@ def describe() -> str:
     """A table of the settings, for docs and ``--help``.
 
     >>> print(describe().splitlines()[0])
-    HEADRACE_MASTER (default local[*]): Spark master URL: local[*], spark://host:7077, yarn, k8s://...
+    HEADRACE_MASTER (default local[*,4]): Spark master URL: local[*,4] (every core, 4 attempts per task), ...
     """
     return "\n".join(f"{s.env} (default {s.default}): {s.doc}" for s in ALL)
