@@ -36,6 +36,7 @@ the hand-written pipeline's, per variant.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -193,8 +194,14 @@ class Latency:
         return cls(sink.latencies(after), len(progress), statistics.median(durations) if durations else 0.0)
 
 
+# Each latency run gets a folder of its own: a stopped query's state store can still write its
+# last files into its checkpoint for a moment, and a folder emptied for the next run would then
+# hold state that Spark 4.3 refuses on batch 0 (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY).
+_latency_runs = itertools.count(1)
+
+
 def handwritten_latency(spark: SparkSession, config: Config, workdir: str) -> Latency:
-    root = fresh_dir(workdir, "hand_latency")
+    root = fresh_dir(workdir, f"hand_latency_{next(_latency_runs)}")
     run_dir = os.path.join(root, "run")
     generator = Generator("ysb", rate=config.rate)
     sink = ArrivalSink()
@@ -216,7 +223,7 @@ def handwritten_latency(spark: SparkSession, config: Config, workdir: str) -> La
 
 
 def headrace_latency(spark: SparkSession, config: Config, workdir: str) -> Latency:
-    root = fresh_dir(workdir, "headrace_latency")
+    root = fresh_dir(workdir, f"headrace_latency_{next(_latency_runs)}")
     sink = ArrivalSink()
     pipeline = ysb_pipeline(variant="native", limit=None, rate=config.rate, window=config.latency_window,
                             max_out_of_orderness=config.latency_out_of_orderness, sink=sink,
