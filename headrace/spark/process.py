@@ -27,7 +27,7 @@ from headrace.operators.process_logic import ProcessLogic, ProcessState, to_wate
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import KeyedProcessNode
 from headrace.process import EVENT_TIME, declared_state
-from headrace.schema import INTEGER_DTYPES, to_ddl
+from headrace.schema import to_ddl
 from headrace.spark.stateful import (
     GROUP,
     SEQUENCE,
@@ -37,6 +37,7 @@ from headrace.spark.stateful import (
     exact_integers,
     group_frame,
     grouping_columns,
+    integer_fields,
     key_value,
     output_frame,
     prepare_input,
@@ -120,8 +121,7 @@ def lower_process(node: KeyedProcessNode, lowering: Lowering) -> DataFrame:
     prepared = prepared.withColumn(NOW, F.unix_millis(F.current_timestamp()))  # the batch's, kept on replay
     hidden = {CONTROL_COLUMN, TIME, NOW, SEQUENCE, GROUP}
     value_fields = [c for c in prepared.columns if c not in hidden]
-    types = dict(prepared.dtypes)
-    integers = frozenset(f for f in value_fields if types.get(f) in INTEGER_DTYPES)
+    integers = integer_fields(prepared, value_fields)
     prepared = exact_integers(prepared, integers)
     label = function_label(type(node.fn).process)
     logic = ProcessLogic(node.name, node.fn, node.schema, event_time is not None, label)

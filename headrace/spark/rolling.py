@@ -24,9 +24,9 @@ from headrace.code_locations import function_label
 from headrace.errors import StepFunctionError
 from headrace.operators.window_functions import BuiltinAggregates
 from headrace.plan.nodes import RollingAggregateNode
-from headrace.schema import INTEGER_DTYPES, to_ddl
+from headrace.schema import to_ddl
 from headrace.spark.expressions import aggregate_columns
-from headrace.spark.stateful import SEQUENCE, exact_integers, group_frame, key_value, records_of
+from headrace.spark.stateful import SEQUENCE, exact_integers, group_frame, integer_fields, key_value, records_of
 from headrace.spark.stateless import without_control
 
 if TYPE_CHECKING:
@@ -105,9 +105,8 @@ def _fold_per_key(df: DataFrame, node: RollingAggregateNode) -> DataFrame:
     assert node.schema is not None
     keys = list(node.keys or ())
     fold, result = _reduce(node) if node.reduce_fn is not None else _aggregates(node)
-    types = dict(df.dtypes)
     fields = [c for c in df.columns if node.reduce_fn is not None or c in {a.column for _, a in node.aggs}]
-    integers = frozenset(f for f in fields if types.get(f) in INTEGER_DTYPES)
+    integers = integer_fields(df, fields)
     df = exact_integers(df, integers).withColumn(SEQUENCE, F.spark_partition_id())
     names, columns = [n for n, _ in node.schema], df.columns
 

@@ -31,6 +31,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from headrace.connectors.base import CONTROL_COLUMN
+from headrace.schema import INTEGER_DTYPES
 
 TIME = "_hr_t"
 SEQUENCE = "_hr_part"  # the source partition of a row
@@ -113,6 +114,12 @@ def records_of(frame: pd.DataFrame, fields: list[str], integers: frozenset[str] 
         return [{} for _ in range(len(frame))]
     columns = [_python_values(frame[f], f in integers) for f in fields]
     return [dict(zip(fields, row)) for row in zip(*columns)]
+
+
+def integer_fields(df: DataFrame, fields: list[str]) -> frozenset[str]:
+    """The ``fields`` of ``df`` that hold integers (they travel as decimals, see ``exact_integers``)."""
+    types = dict(df.dtypes)
+    return frozenset(f for f in fields if types.get(f) in INTEGER_DTYPES)
 
 
 def exact_integers(df: DataFrame, integers: frozenset[str]) -> DataFrame:

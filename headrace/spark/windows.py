@@ -31,7 +31,7 @@ from headrace.operators.window_panes import Dropped, Fired, WindowLogic, WindowS
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import LateRecordsNode, WindowAggregateNode
 from headrace.runtime.progress import LATE_METRIC_PREFIX
-from headrace.schema import INTEGER_DTYPES, TYPE_ALIASES
+from headrace.schema import TYPE_ALIASES
 from headrace.spark.expressions import aggregate_columns
 from headrace.spark.stateful import (
     GROUP,
@@ -42,6 +42,7 @@ from headrace.spark.stateful import (
     exact_integers,
     group_frame,
     grouping_columns,
+    integer_fields,
     key_value,
     output_frame,
     prepare_input,
@@ -202,7 +203,7 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan) -> Da
                "pane_kind string", "pane_index bigint"] + [f"`{n}` {t}" for n, t in results]
                + [f"{OUTPUT_KIND} string", "late_step string", "late_key string", "late_event_time timestamp",
                   "late_window_start timestamp", "late_window_end timestamp", "late_record string"])
-    integers = frozenset(f for f in value_fields if types.get(f) in INTEGER_DTYPES)
+    integers = integer_fields(prepared, value_fields)
     prepared = exact_integers(prepared, integers)
     processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, integers,
                                 [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan))
