@@ -76,6 +76,24 @@ def test_a_plain_sliding_window_counts_each_late_record_once(spark, tmp_path):
     assert counts == {(at(s), at(s + 10_000)): 2 if s < 26_000 else 1 for s in range(22_000, 32_000, 2_000)}
 
 
+def test_a_sliding_window_emitting_updates_counts_each_late_record_once(spark, tmp_path):
+    """emit="updates" on sliding windows: each batch emits the windows it changed (Spark's
+    update mode), and a late record counts once however many windows it missed."""
+    batches = [[{"key": "a", "v": 1, "ts": 30_000}],
+               [{"key": "a", "v": 2, "ts": 1_000}, {"key": "a", "v": 3, "ts": 25_000}]]
+    p = hr.Pipeline("sliding_updates_late_count")
+    out = TestSink()
+    (p.source("events", TestSource(batches, schema=SCHEMA), event_time="ts").key_by("key")
+     .window(hr.Sliding("10s", "2s")).count(emit="updates").sink("out", out))
+    assert "output mode update" in p.explain()
+    assert run(p, tmp_path).late_rows_dropped == 1
+    rows = [(r["window_start"], r["window_end"], r["count"]) for r in out.rows()]
+    assert list(out.rows()[0]) == ["key", "window_start", "window_end", "count"]
+    first = [(at(s), at(s + 10_000), 1) for s in range(22_000, 32_000, 2_000)]
+    second = [(at(s), at(s + 10_000), 2) for s in (22_000, 24_000)]  # 25 s updates the two windows still open
+    assert sorted(rows) == sorted(first + second)
+
+
 class Types(hr.KeyedProcessFunction):
     def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
         ctx.emit({"key": ctx.key, "kind": type(record["v"]).__name__, "v": record["v"]})

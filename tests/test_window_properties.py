@@ -93,3 +93,34 @@ def test_tumbling_count_windows_fold_records_as_keeping_them_would(records, size
     assert run(lambda _: folding) == expected
     assert run(lambda seen: keeping if seen < switch else folding) == expected
     assert len(expected) == sum(n // size for n in Counter(key for key, _ in records).values())
+
+
+_values = st.one_of(st.lists(st.one_of(st.none(), st.integers(-2**62, 2**62)), max_size=60),
+                    st.lists(st.one_of(st.none(), st.floats(-1e6, 1e6)), max_size=60))
+
+
+@given(values=_values, keys=st.lists(st.sampled_from("ab"), min_size=60, max_size=60), size=st.integers(1, 7),
+       cuts=st.lists(st.integers(0, 60), max_size=4))
+def test_count_windows_fold_columns_as_records_one_by_one(values, keys, size, cuts):
+    """The columnar path (a key's records of a batch folded a slice at a time) gives the panes of
+    folding them one by one: the same results, exact integers, the same float sums."""
+    function = BuiltinAggregates((("n", Agg("count")), ("seen", Agg("count", "v")), ("total", Agg("sum", "v")),
+                                  ("low", Agg("min", "v")), ("high", Agg("max", "v")), ("avg", Agg("mean", "v"))))
+    logic = WindowLogic(Count(size), Emission(), function)
+    assert logic.counts_columns
+    records = list(zip(keys, values))
+    batches = [records[a:b] for a, b in zip([0, *sorted(cuts)], [*sorted(cuts), len(records)])]
+    one_by_one, columnar = WindowState(), WindowState()
+    expected: list = []
+    got: list = []
+    for batch in batches:
+        for key, value in batch:
+            logic.process(one_by_one, [(key, 0, {"v": value})], float("-inf"), expected, [])
+        for key in sorted({key for key, _ in batch}):
+            column = [value for k, value in batch if k == key]
+            logic.process_counted_columns(columnar, key, {"v": column}, len(column), got)
+        columnar = pickle.loads(pickle.dumps(columnar))
+
+    def by_key(fired: list) -> list:
+        return sorted(((f.key, f.pane, repr(f.results)) for f in fired))
+    assert by_key(got) == by_key(expected)

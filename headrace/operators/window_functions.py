@@ -65,6 +65,28 @@ class BuiltinAggregates(WindowFunction):
                 acc[i] = max(acc[i], value)
         return acc
 
+    def add_columns(self, acc: list[Any], columns: dict[str, list[Any]], start: int, stop: int) -> list[Any]:
+        """``add`` for the records ``start:stop`` of a micro-batch given as columns (nulls as None),
+        with the same result as adding them one by one, in order."""
+        for i, (_, agg) in enumerate(self.aggs):
+            if agg.column is None:
+                acc[i][0] += stop - start
+                continue
+            values = [v for v in columns[agg.column][start:stop] if v is not None]
+            if not values:
+                continue
+            if agg.func == "count":
+                acc[i][0] += len(values)
+            elif agg.func == "mean":
+                acc[i] = [sum(values, acc[i][0]), acc[i][1] + len(values)]
+            elif agg.func == "sum":
+                acc[i] = sum(values[1:], values[0]) if acc[i] is None else sum(values, acc[i])
+            elif agg.func == "min":
+                acc[i] = min(values) if acc[i] is None else min([acc[i], *values])
+            elif agg.func == "max":
+                acc[i] = max(values) if acc[i] is None else max([acc[i], *values])
+        return acc
+
     def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
         merged = []
         for (_, agg), x, y in zip(self.aggs, a, b):

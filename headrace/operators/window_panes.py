@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from headrace.operators.window_functions import WindowFunction
+from headrace.operators.window_functions import BuiltinAggregates, WindowFunction
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission, EveryN
 from headrace.windows import Count, Global, Session, WindowShape
 
@@ -78,14 +78,20 @@ def _label(start: float, end: float) -> tuple[int | None, int | None]:
 class WindowLogic:
     """The operator for one window step: shape, emission policy and window function."""
 
-    def __init__(self, shape: WindowShape, emission: Emission, function: WindowFunction) -> None:
+    def __init__(self, shape: WindowShape, emission: Emission, function: WindowFunction,
+                 updates: bool = False) -> None:
         self.shape, self.emission, self.function = shape, emission, function
+        # emit="updates": each micro-batch emits the windows it changed ("update" panes), as
+        # Spark's update mode does, and nothing when the watermark passes a window's end.
+        self.updates = updates
         self.lateness = emission.allowed_lateness_ms
         self.trigger = emission.trigger
         # A tumbling count window of a function that can fold on arrival keeps one accumulator
         # per key; otherwise the key's last `size` records.
         self.folds_counts = (isinstance(shape, Count) and shape.slide == shape.size
                              and getattr(function, "incremental", False))
+        # ... and built-in aggregates fold a micro-batch's records a column at a time.
+        self.counts_columns = self.folds_counts and isinstance(function, BuiltinAggregates)
 
     # -- the three ways in -----------------------------------------------------------------
     def process(self, state: WindowState, records: Iterable[tuple[Any, int, dict[str, Any]]], watermark: float,
@@ -111,10 +117,27 @@ class WindowLogic:
                     dropped.append(Dropped(key, record, *_label(*last)))
             for window in windows:
                 self._add(state, key, window, record, watermark, out)
+        if self.updates:
+            for ident in sorted(state.panes, key=_order):
+                self._fire(ident, state.panes[ident], "update", out)
+
+    def process_counted_columns(self, state: WindowState, key: Any, columns: dict[str, list[Any]], records: int,
+                                out: list[Fired]) -> None:
+        """``process`` for a tumbling count window of built-in aggregates (``counts_columns``):
+        a key's records of a micro-batch as columns, folded a window's slice at a time."""
+        assert isinstance(self.shape, Count) and isinstance(self.function, BuiltinAggregates)
+        done = 0
+        while done < records:
+            accumulator = self._open_count_window(state, key)
+            since = state.since.get(key, 0)
+            stop = min(records, done + self.shape.size - since)
+            accumulator = self.function.add_columns(accumulator, columns, done, stop)
+            self._counted(state, key, accumulator, since + stop - done, out)
+            done = stop
 
     def on_watermark(self, state: WindowState, watermark: float, out: list[Fired]) -> None:
         """Fire the on-time panes of windows the watermark completed; forget expired ones."""
-        if isinstance(self.trigger, AfterWatermark):
+        if isinstance(self.trigger, AfterWatermark) and not self.updates:
             for ident in sorted(state.panes, key=_order):
                 pane = state.panes[ident]
                 if not pane.on_time_done and watermark >= ident[2]:
@@ -138,7 +161,7 @@ class WindowLogic:
         """The earliest watermark at which something will happen (an on-time pane or an expiry)."""
         times = []
         for (_, _start, end), pane in state.panes.items():
-            if isinstance(self.trigger, AfterWatermark) and not pane.on_time_done:
+            if isinstance(self.trigger, AfterWatermark) and not pane.on_time_done and not self.updates:
                 times.append(end)
             times.append(end + self.lateness)
         finite = [t for t in times if t != math.inf]
@@ -157,6 +180,8 @@ class WindowLogic:
         pane.total = self.function.add(pane.total, record)
         pane.pending = self.function.add(pane.pending, record)
         pane.pending_records += 1
+        if self.updates:  # fired at the end of the micro-batch
+            return
         if isinstance(self.trigger, CountTrigger):
             pane.early_count += 1
             if pane.early_count >= self.trigger.n:
@@ -246,25 +271,30 @@ class WindowLogic:
     def _fold_counted(self, state: WindowState, key: Any, record: dict[str, Any], out: list[Fired]) -> None:
         """Tumbling count windows of an incremental function: the same panes as ``_add_counted``,
         from one accumulator per key instead of the key's last ``size`` records."""
-        assert isinstance(self.shape, Count)
-        function = self.function
+        accumulator = self.function.add(self._open_count_window(state, key), record)
+        self._counted(state, key, accumulator, state.since.get(key, 0) + 1, out)
+
+    def _open_count_window(self, state: WindowState, key: Any) -> Any:
+        """The accumulator of the key's open tumbling count window (taken out of the state)."""
         accumulator = state.count_accs.pop(key, _NO_WINDOW)
         if accumulator is _NO_WINDOW:
-            accumulator = function.create()
+            accumulator = self.function.create()
             kept = state.counts.pop(key, [])  # records kept by an older version: the last `since` are open
             for item in kept[len(kept) - state.since.get(key, 0):]:
-                accumulator = function.add(accumulator, item)
-        accumulator = function.add(accumulator, record)
-        since = state.since.get(key, 0) + 1
+                accumulator = self.function.add(accumulator, item)
+        return accumulator
+
+    def _counted(self, state: WindowState, key: Any, accumulator: Any, since: int, out: list[Fired]) -> None:
+        """The open count window now holds ``since`` records: fire it when full, else keep it."""
+        assert isinstance(self.shape, Count)
         if since == self.shape.size:
             pane = state.count_panes.get(key, 0)
-            out.append(Fired(key, None, None, "count", pane, function.result(accumulator, key, (None, None))))
+            out.append(Fired(key, None, None, "count", pane, self.function.result(accumulator, key, (None, None))))
             state.count_panes[key] = pane + 1
             state.since[key] = 0
         else:
             state.count_accs[key] = accumulator
             state.since[key] = since
-
 
 def _order(ident: tuple[Any, float, float]) -> tuple[str, float, float]:
     return (str(ident[0]), ident[1], ident[2])

@@ -57,7 +57,8 @@ class KeyedProcessDriver(StatefulProcessor):
     def __init__(self, logic: ProcessLogic, keys: list[str], value_fields: list[str], integers: frozenset[str],
                  event_time: str | None, columns: list[str], test_clock: bool, ttl_ms: int | None) -> None:
         self.logic, self.keys, self.value_fields, self.event_time = logic, keys, value_fields, event_time
-        self.integers, self.columns, self.test_clock, self.ttl_ms = integers, columns, test_clock, ttl_ms
+        self.integers, self.test_clock, self.ttl_ms = integers, test_clock, ttl_ms
+        self.columns = pd.Index(columns)
         self.timestamps = [f for f, kind in logic.output if kind == "timestamp"]
 
     def init(self, handle: Any) -> None:

@@ -108,7 +108,7 @@ def _fold_per_key(df: DataFrame, node: RollingAggregateNode) -> DataFrame:
     fields = [c for c in df.columns if node.reduce_fn is not None or c in {a.column for _, a in node.aggs}]
     integers = integer_fields(df, fields)
     df = exact_integers(df, integers).withColumn(SEQUENCE, F.spark_partition_id())
-    names, columns = [n for n, _ in node.schema], df.columns
+    names, columns = [n for n, _ in node.schema], pd.Index(df.columns)
 
     def fold_frames(key: Any, accumulated: Any, frames: Iterator[pd.DataFrame]) -> tuple[Any, pd.DataFrame]:
         for record in records_of(group_frame(frames, columns), fields, integers):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -96,8 +96,9 @@ def prepare_input(df: DataFrame, keys: list[str], event_time: str | None,
     return df
 
 
-def group_frame(rows: Iterator[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
-    """A key's rows of this micro-batch as one frame, in source order (see the module's docstring)."""
+def group_frame(rows: Iterator[pd.DataFrame], columns: pd.Index) -> pd.DataFrame:
+    """A key's rows of this micro-batch as one frame, in source order (see the module's docstring).
+    ``columns`` are the input's column names, as an index built once (setting it costs less)."""
     frames = list(rows)
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     frame.columns = columns  # the pandas conversion renames columns that start with "_"
@@ -107,13 +108,17 @@ def group_frame(rows: Iterator[pd.DataFrame], columns: list[str]) -> pd.DataFram
     return frame
 
 
-def records_of(frame: pd.DataFrame, fields: list[str], integers: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
-    """The rows as dicts of Python scalars, built a column at a time, with nulls as None and the
+def python_columns(frame: pd.DataFrame, fields: list[str], integers: frozenset[str] = frozenset()) -> list[list[Any]]:
+    """The ``fields`` of the rows as lists of Python scalars, with nulls as None and the
     ``integers`` fields (decimals on the way, see ``exact_integers``) as int."""
+    return [_python_values(frame[f], f in integers) for f in fields]
+
+
+def records_of(frame: pd.DataFrame, fields: list[str], integers: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """The rows as dicts of Python scalars (see ``python_columns``), built a column at a time."""
     if not fields:
         return [{} for _ in range(len(frame))]
-    columns = [_python_values(frame[f], f in integers) for f in fields]
-    return [dict(zip(fields, row)) for row in zip(*columns)]
+    return [dict(zip(fields, row)) for row in zip(*python_columns(frame, fields, integers))]
 
 
 def integer_fields(df: DataFrame, fields: list[str]) -> frozenset[str]:
@@ -137,18 +142,29 @@ def _python_values(column: pd.Series, integer: bool) -> list[Any]:
     return values
 
 
+def data_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
+    """A key's frame without its test-clock rows, and the test clock those rows move to, if any."""
+    controls = frame[CONTROL_COLUMN].to_numpy()
+    control = ~np.isnan(controls) if controls.dtype.kind == "f" else pd.notna(controls)
+    if not control.any():
+        return frame, None
+    return frame.loc[~control], int(-controls[control].min() - 1)  # see headrace.connectors.base.clock_control
+
+
+def timed_records(data: pd.DataFrame, value_fields: list[str], integers: frozenset[str], key: Any,
+                  untimed: Any) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+    """A key's data rows as (key, event time in ms or ``untimed``, record)."""
+    records = records_of(data, value_fields, integers)
+    times = (int(t) for t in data[TIME].tolist()) if TIME in data.columns else repeat(untimed)
+    return zip(repeat(key), times, records)
+
+
 def read_group(frame: pd.DataFrame, value_fields: list[str], integers: frozenset[str], key: Any,
                untimed: Any) -> tuple[Iterator[tuple[Any, Any, dict[str, Any]]], int | None]:
-    """A key's frame as (key, event time in ms or ``untimed``, record) for its data rows, and the
-    test clock its clock rows move to, if any."""
-    controls = frame[CONTROL_COLUMN]
-    control = controls.notna()
-    data = frame.loc[~control] if control.any() else frame
-    records = records_of(data, value_fields, integers)
-    times = (int(t) for t in data[TIME].tolist()) if TIME in frame.columns else repeat(untimed)
-    clocks = controls[control]
-    clock = int(-clocks.min() - 1) if len(clocks) else None
-    return zip(repeat(key), times, records), clock
+    """A key's frame as ``timed_records`` of its data rows, and the test clock its clock rows
+    move to, if any."""
+    data, clock = data_rows(frame)
+    return timed_records(data, value_fields, integers, key, untimed), clock
 
 
 def key_value(key: tuple[Any, ...], keys: list[str]) -> Any:
@@ -215,10 +231,19 @@ class KeyCell:
         self.value.update((pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), self.timer))
 
 
-def output_frame(rows: list[Any], columns: list[str], timestamps: list[str]) -> pd.DataFrame:
-    """The pandas frame a stateful processor yields: nulls as None, timestamps in UTC."""
-    frame = pd.DataFrame(rows, columns=columns, dtype=object)
-    frame = frame.astype(object).where(frame.notna(), None)
+def output_frame(rows: Sequence[dict[str, Any] | Sequence[Any]], columns: list[str],
+                 timestamps: list[str]) -> pd.DataFrame:
+    """The pandas frame a stateful processor yields, built as one object block (a frame per key
+    and batch: its cost is per call). A row is a dict (a missing field is None) or the values
+    in ``columns`` order; the ``timestamps`` columns that hold values become UTC timestamps
+    (naive datetimes are read as UTC). Spark turns NaN and None into null alike."""
+    values = np.empty((len(rows), len(columns)), dtype=object)
+    for i, row in enumerate(rows):
+        for j, value in enumerate([row.get(name) for name in columns] if isinstance(row, dict) else row):
+            values[i, j] = value
+    frame = pd.DataFrame(values, columns=columns)
     for name in timestamps:
-        frame[name] = pd.to_datetime(frame[name], utc=True)
+        column = values[:, columns.index(name)]
+        if any(v is not None for v in column):
+            frame[name] = pd.to_datetime(frame[name], utc=True)
     return frame

@@ -39,6 +39,7 @@ from headrace.spark.stateful import (
     TIME,
     KeyCell,
     clock_keys,
+    data_rows,
     exact_integers,
     group_frame,
     grouping_columns,
@@ -46,7 +47,8 @@ from headrace.spark.stateful import (
     key_value,
     output_frame,
     prepare_input,
-    read_group,
+    python_columns,
+    timed_records,
     uses_test_clock,
 )
 from headrace.spark.stateless import without_control
@@ -75,7 +77,8 @@ class WindowProcessor(StatefulProcessor):
     def __init__(self, step: str, logic: WindowLogic, keys: list[str], value_fields: list[str],
                  integers: frozenset[str], result_fields: list[str], event_time: str | None, columns: list[str],
                  test_clock: bool) -> None:
-        self.step, self.logic, self.keys, self.event_time, self.columns = step, logic, keys, event_time, columns
+        self.step, self.logic, self.keys, self.event_time = step, logic, keys, event_time
+        self.columns = pd.Index(columns)
         self.value_fields, self.integers, self.result_fields = value_fields, integers, result_fields
         self.test_clock = test_clock
 
@@ -93,12 +96,11 @@ class WindowProcessor(StatefulProcessor):
         state = self.cell.load() or WindowState()
         fired: list[Fired] = []
         dropped: list[Dropped] = []
-        frame = group_frame(rows, self.columns)
-        records, clock = read_group(frame, self.value_fields, self.integers, key_value(key, self.keys), untimed=0)
+        data, clock = data_rows(group_frame(rows, self.columns))
         try:
             self.logic.on_watermark(state, watermark, fired)
             self._wall_clock(state, timerValues, fired)
-            self.logic.process(state, records, watermark, fired, dropped)
+            self._process(state, key_value(key, self.keys), data, watermark, fired, dropped)
             if clock is not None:
                 self.logic.on_clock(state, clock, fired)
         except StepFunctionError:
@@ -108,6 +110,15 @@ class WindowProcessor(StatefulProcessor):
         self._save(state)
         if fired or dropped:
             yield self._output(fired, dropped)
+
+    def _process(self, state: WindowState, key: Any, data: pd.DataFrame, watermark: float, fired: list[Fired],
+                 dropped: list[Dropped]) -> None:
+        if self.logic.counts_columns:
+            columns = dict(zip(self.value_fields, python_columns(data, self.value_fields, self.integers)))
+            self.logic.process_counted_columns(state, key, columns, len(data), fired)
+            return
+        records = timed_records(data, self.value_fields, self.integers, key, untimed=0)
+        self.logic.process(state, records, watermark, fired, dropped)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
         state = self.cell.load(fired_timer=expiredTimerInfo.getExpiryTimeInMs())
@@ -176,7 +187,7 @@ def _logic(node: Any, value_fields: list[str]) -> WindowLogic:
         "aggregate_function": lambda: UserAggregate(node.fn),
         "process": lambda: ProcessWindow(node.fn),
     }[node.function]()
-    return WindowLogic(node.window, node.emission, function)
+    return WindowLogic(node.window, node.emission, function, updates=node.emit == "updates")
 
 
 def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan) -> DataFrame:
@@ -208,7 +219,8 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan) -> Da
     processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, integers,
                                 [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan))
     return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
-        statefulProcessor=processor, outputStructType=", ".join(columns), outputMode="Append",
+        statefulProcessor=processor, outputStructType=", ".join(columns),
+        outputMode="Update" if node.emit == "updates" else "Append",
         timeMode="EventTime" if event_time else "None")
 
 
@@ -219,7 +231,7 @@ def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
     kind = shape["kind"]
     if kind in ("count", "global"):
         reasons.append(f"{kind} windows")
-    if kind == "sliding" and shape["slide_ms"] < shape["size_ms"] and node.emit == "final":
+    if kind == "sliding" and shape["slide_ms"] < shape["size_ms"]:
         # Spark's operator counts a late record once for each window it missed
         reasons.append("sliding windows (a late record is counted once, not once per window it missed)")
     if not node.emission.is_default():
