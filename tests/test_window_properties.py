@@ -122,5 +122,5 @@ def test_count_windows_fold_columns_as_records_one_by_one(values, keys, size, cu
         columnar = pickle.loads(pickle.dumps(columnar))
 
     def by_key(fired: list) -> list:
-        return sorted(((f.key, f.pane, repr(f.results)) for f in fired))
+        return sorted((f.key, f.pane, repr(f.results)) for f in fired)
     assert by_key(got) == by_key(expected)

@@ -143,7 +143,10 @@ def _python_values(column: pd.Series, integer: bool) -> list[Any]:
 
 
 def data_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
-    """A key's frame without its test-clock rows, and the test clock those rows move to, if any."""
+    """A key's frame without its test-clock rows, and the test clock those rows move to, if any
+    (a frame without the control column has no such rows)."""
+    if CONTROL_COLUMN not in frame.columns:
+        return frame, None
     controls = frame[CONTROL_COLUMN].to_numpy()
     control = ~np.isnan(controls) if controls.dtype.kind == "f" else pd.notna(controls)
     if not control.any():

@@ -58,6 +58,14 @@ if TYPE_CHECKING:
 
 OUTPUT_KIND = "_hr_output"
 LATE_COLUMNS = ("late_step", "late_key", "late_event_time", "late_window_start", "late_window_end", "late_record")
+TIMESTAMP_COLUMNS = ("window_start", "window_end", "late_event_time", "late_window_start", "late_window_end")
+
+
+def raw_columns(keys: list[str], result_fields: list[str], late: bool) -> list[str]:
+    """The columns of a window processor's output: the panes', then the late records' when a
+    record can be late or a late side output is attached."""
+    panes = [*keys, "window_start", "window_end", "pane_kind", "pane_index", *result_fields]
+    return [*panes, OUTPUT_KIND, *LATE_COLUMNS] if late else panes
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -76,11 +84,12 @@ class WindowProcessor(StatefulProcessor):
 
     def __init__(self, step: str, logic: WindowLogic, keys: list[str], value_fields: list[str],
                  integers: frozenset[str], result_fields: list[str], event_time: str | None, columns: list[str],
-                 test_clock: bool) -> None:
+                 test_clock: bool, late_columns: bool) -> None:
         self.step, self.logic, self.keys, self.event_time = step, logic, keys, event_time
         self.columns = pd.Index(columns)
         self.value_fields, self.integers, self.result_fields = value_fields, integers, result_fields
         self.test_clock = test_clock
+        self.output_columns = raw_columns(keys, result_fields, late_columns)
 
     def init(self, handle: Any) -> None:
         self.cell = KeyCell(handle, "window_state")
@@ -149,7 +158,7 @@ class WindowProcessor(StatefulProcessor):
                 row = dict(zip(self.keys, keys))
                 row.update(window_start=_timestamp(pane.start), window_end=_timestamp(pane.end),
                            pane_kind=pane.kind, pane_index=pane.pane, **{f: result.get(f) for f in self.result_fields})
-                row[OUTPUT_KIND] = "pane"
+                row[OUTPUT_KIND] = "pane"  # (no such column without late columns: then it goes unused)
                 rows.append(row)
         for late in dropped:  # always: the late records are counted, and kept if a late output is attached
             rows.append({OUTPUT_KIND: "late", "late_step": self.step, "late_key": str(late.key),
@@ -157,10 +166,7 @@ class WindowProcessor(StatefulProcessor):
                          "late_window_start": _timestamp(late.window_start),
                          "late_window_end": _timestamp(late.window_end),
                          "late_record": json.dumps(late.record, default=str, sort_keys=True)})
-        columns = [*self.keys, "window_start", "window_end", "pane_kind", "pane_index", *self.result_fields,
-                   OUTPUT_KIND, *LATE_COLUMNS]
-        return output_frame(rows, columns, ["window_start", "window_end", "late_event_time", "late_window_start",
-                                            "late_window_end"])
+        return output_frame(rows, self.output_columns, [c for c in self.output_columns if c in TIMESTAMP_COLUMNS])
 
     def close(self) -> None:
         pass
@@ -205,19 +211,24 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan) -> Da
         read = {agg.column for _, agg in node.aggs if agg.column}
         value_fields = [c for c in value_fields if c in read]
     # Ship the processor only what it reads (each column costs per record in Spark's Python
-    # worker): the grouping columns, the records' fields, the control column (it carries the
-    # test clock), the event time in ms when there is one, and the sequence number.
-    needed = {*grouping_columns(keys), *value_fields, CONTROL_COLUMN, TIME, SEQUENCE}
+    # worker): the grouping columns, the records' fields, the control column when it carries
+    # the test clock, the event time in ms when there is one, and the sequence number.
+    needed = {*grouping_columns(keys), *value_fields, TIME, SEQUENCE}
+    if uses_test_clock(plan):
+        needed.add(CONTROL_COLUMN)
     prepared = prepared.select(*[F.col(f"`{c}`") for c in prepared.columns if c in needed])
     results = _result_fields(node, types)
+    late_columns = event_time is not None or late
     columns = ([f"`{k}` {types[k]}" for k in keys] + ["window_start timestamp", "window_end timestamp",
-               "pane_kind string", "pane_index bigint"] + [f"`{n}` {t}" for n, t in results]
-               + [f"{OUTPUT_KIND} string", "late_step string", "late_key string", "late_event_time timestamp",
-                  "late_window_start timestamp", "late_window_end timestamp", "late_record string"])
+               "pane_kind string", "pane_index bigint"] + [f"`{n}` {t}" for n, t in results])
+    if late_columns:
+        columns += [f"{OUTPUT_KIND} string", "late_step string", "late_key string", "late_event_time timestamp",
+                    "late_window_start timestamp", "late_window_end timestamp", "late_record string"]
     integers = integer_fields(prepared, value_fields)
     prepared = exact_integers(prepared, integers)
     processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, integers,
-                                [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan))
+                                [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan),
+                                late_columns)
     return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=", ".join(columns),
         outputMode="Update" if node.emit == "updates" else "Append",
@@ -264,8 +275,9 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
     the stateful processor (whose raw output, panes and late records, the compilation keeps)."""
     if window_needs_processor(lowering.plan, node):
         raw = _lower_processor(node, lowering.input(node), lowering.plan)
-        late = F.count(F.when(F.col(OUTPUT_KIND) == "late", 1)).alias("late_dropped")
-        raw = raw.observe(f"{LATE_METRIC_PREFIX}{node.name}", late)
+        if OUTPUT_KIND in raw.columns:
+            late = F.count(F.when(F.col(OUTPUT_KIND) == "late", 1)).alias("late_dropped")
+            raw = raw.observe(f"{LATE_METRIC_PREFIX}{node.name}", late)
         lowering.raw_windows[node.name] = raw
         return window_panes(raw, node.schema)
     df = without_control(lowering.input(node))
@@ -291,7 +303,9 @@ def lower_late_records(node: LateRecordsNode, lowering: Lowering) -> DataFrame:
 
 def window_panes(raw: DataFrame, schema: Any) -> DataFrame:
     """The panes of a window processor's output, with the columns of the step's planned schema."""
-    panes = raw.filter(F.col(OUTPUT_KIND) == "pane").drop(OUTPUT_KIND, *LATE_COLUMNS)
+    panes = raw
+    if OUTPUT_KIND in raw.columns:  # see raw_columns
+        panes = raw.filter(F.col(OUTPUT_KIND) == "pane").drop(OUTPUT_KIND, *LATE_COLUMNS)
     return panes.select(*[F.col(f"`{name}`") for name, _ in schema]) if schema else panes
 
 
