@@ -197,6 +197,7 @@ class Driver:
         self.phases = work / f"phases-{self.number}.jsonl"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("HEADRACE_SPARK_LOG", "stderr")  # the driver's log shows Spark's own (see SPARK_START_TIMEOUT)
         command = [sys.executable, os.path.abspath(__file__), "--driver", "--phases", str(self.phases),
                    *self.setup.driver_args()]
         self.started = time.time()

@@ -1,4 +1,8 @@
-"""The ``headrace`` command: a thin layer over the library."""
+"""The ``headrace`` command: a thin layer over the library.
+
+The library (and pyspark with it) is imported inside the commands, after ``main`` has taken
+over Ctrl-C and SIGTERM: a signal at any moment of a run's start-up stops it cleanly.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,10 @@ import runpy
 import sys
 from typing import Any
 
-from headrace.api.stream import Pipeline
-from headrace.connectors.console import Console
-from headrace.demo import ysb_pipeline
 from headrace.errors import HeadraceError
-from headrace.runtime.checkpoints import has_batches, pipeline_root, read_plan
-from headrace.runtime.compatibility import check_restart
-from headrace.runtime.rescale import rescale
-from headrace.runtime.runner import default_state_dir
-from headrace.spark.specs import check_plan
+from headrace.runtime.signals import stop_on_signals
+
+RUNS_PIPELINES = ("run", "demo")  # the commands whose Ctrl-C and SIGTERM stop a run (headrace/runtime/signals.py)
 
 
 class UsageError(Exception):
@@ -26,6 +25,8 @@ class UsageError(Exception):
 
 def load_pipeline(target: str) -> Any:
     """``FILE[:PIPELINE]``: run FILE as a module (not as __main__) and pick a Pipeline from it."""
+    from headrace.api.stream import Pipeline
+
     path, _, wanted = target.partition(":")
     if not os.path.isfile(path):
         raise UsageError(f"no such file: {path}")
@@ -56,7 +57,8 @@ def _progress(args: argparse.Namespace) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.target)
     result = pipeline.run(state_dir=args.state_dir, master=args.master, progress=_progress(args), fresh=args.fresh,
-                          max_seconds=args.max_seconds)
+                          max_seconds=args.max_seconds, restart_attempts=args.restart_attempts,
+                          restart_window=args.restart_window, restart_backoff=args.restart_backoff)
     _report(result, args)
     return 0
 
@@ -71,6 +73,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
     """What a restart from the stored checkpoint would keep; 1 when it would be refused. No Spark."""
+    from headrace.runtime.checkpoints import has_batches, pipeline_root, read_plan
+    from headrace.runtime.compatibility import check_restart
+    from headrace.runtime.runner import default_state_dir
+    from headrace.spark.specs import check_plan
+
     check_plan(pipeline.plan)
     root = pipeline_root(args.state_dir or default_state_dir(), pipeline.name)
     checkpoint = os.path.join(root, "checkpoint")
@@ -88,6 +95,8 @@ def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_rescale(args: argparse.Namespace) -> int:
+    from headrace.runtime.rescale import rescale
+
     pipeline = load_pipeline(args.target)
     before = rescale(pipeline, args.partitions, state_dir=args.state_dir, master=args.master)
     report = {"pipeline": pipeline.name, "partitions_before": before, "partitions": args.partitions}
@@ -98,6 +107,9 @@ def cmd_rescale(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from headrace.connectors.console import Console
+    from headrace.demo import ysb_pipeline
+
     # With --json, stdout carries JSON lines only: the windows' console tables go to stderr.
     sink = Console(limit=10, out=sys.stderr) if args.json else None
     pipeline = ysb_pipeline(variant=args.variant, limit=args.limit, sink=sink)
@@ -111,12 +123,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _report(result: Any, args: argparse.Namespace) -> None:
     summary = {"pipeline": result.pipeline, "batches": result.batches, "input_rows": result.input_rows,
                "dead_letters": result.dead_letters, "late_rows_dropped": result.late_rows_dropped,
-               "stopped_by": result.stopped_by, "elapsed_s": result.elapsed_s, "checkpoint": result.checkpoint}
+               "restarts": result.restarts, "stopped_by": result.stopped_by, "elapsed_s": result.elapsed_s,
+               "checkpoint": result.checkpoint}
     if args.json:
         print(json.dumps({"result": summary}))
     elif not args.quiet:
+        restarts = f", {result.restarts} restart{'s' if result.restarts != 1 else ''}" if result.restarts else ""
         print(f"\n{result.pipeline}: {result.input_rows:,} rows in {result.batches} batches, "
-              f"{result.dead_letters} dead letters, stopped: {result.stopped_by} ({result.elapsed_s} s)")
+              f"{result.dead_letters} dead letters{restarts}, stopped: {result.stopped_by} ({result.elapsed_s} s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,13 +143,26 @@ def build_parser() -> argparse.ArgumentParser:
         shown = sub.add_mutually_exclusive_group()
         shown.add_argument("--quiet", action="store_true", help="no progress display")
         shown.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
+        sub.add_argument("--verbose", action="store_true",
+                         help="on a failure, print Spark's own trace before headrace's one-line error (Spark's log "
+                              "is in <state dir>/spark.log, or $HEADRACE_SPARK_LOG)")
 
     run = commands.add_parser("run", help="run a pipeline until its input ends or Ctrl-C",
-                              description="Run FILE's pipeline; Ctrl-C or SIGTERM stops it at a batch boundary, "
-                                          "and the next run continues from its checkpoint.")
+                              description="Run FILE's pipeline; Ctrl-C or SIGTERM stops it at a batch boundary (a "
+                                          "second one stops it at once), and the next run continues from its "
+                                          "checkpoint. A query that fails in a way worth restarting (a crashed "
+                                          "Python worker, a lost connection) is restarted from its checkpoint.")
     run.add_argument("target", metavar="FILE[:PIPELINE]")
     run.add_argument("--fresh", action="store_true", help="forget the checkpoint and start from the beginning")
     run.add_argument("--max-seconds", type=float, help="stop after this many seconds")
+    run.add_argument("--restart-attempts", type=int, metavar="N",
+                     help="restarts of a failed query allowed within the window (default: $HEADRACE_RESTART_ATTEMPTS "
+                          "or 3; 0: never)")
+    run.add_argument("--restart-window", metavar="DURATION",
+                     help="the window restarts are counted in (default: $HEADRACE_RESTART_WINDOW or 10min)")
+    run.add_argument("--restart-backoff", metavar="DURATION",
+                     help="wait before the first restart, doubled for each further one (default: "
+                          "$HEADRACE_RESTART_BACKOFF or 1s)")
     runtime_options(run)
     run.set_defaults(handler=cmd_run)
 
@@ -175,15 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        with stop_on_signals(args.command in RUNS_PIPELINES):
+            return int(args.handler(args))
     except UsageError as exc:
         print(f"headrace: error: {exc}", file=sys.stderr)
         return 2
     except HeadraceError as exc:
+        if getattr(args, "verbose", False) and exc.trace:
+            print(exc.trace, file=sys.stderr)
         print(f"headrace: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("headrace: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"headrace: {exc or 'interrupted'}", file=sys.stderr)
         return 130
 
 

@@ -25,12 +25,21 @@ STATE_DIR = Setting("HEADRACE_STATE_DIR", ".headrace", "directory holding each p
 SPARK_UI = Setting("HEADRACE_SPARK_UI", "0", "1 to start Spark's web UI (off by default)")
 SPARK_LOG_LEVEL = Setting("HEADRACE_SPARK_LOG_LEVEL", "ERROR", "Spark's log level (ERROR, WARN, INFO, DEBUG)")
 CACHE_DIR = Setting("HEADRACE_CACHE_DIR", "~/.cache/headrace",
-                    "where headrace keeps files it can rebuild (the JVM class archive)")
+                    "where headrace keeps files it can rebuild (the JVM class archive, Spark's log configuration)")
 JVM_CLASS_ARCHIVE = Setting("HEADRACE_JVM_CLASS_ARCHIVE", "1",
                             "1 to start Spark's JVM from a class archive written at the first clean exit "
                             "(a driver starts about twice as fast)")
+SPARK_LOG = Setting("HEADRACE_SPARK_LOG", "",
+                    "file Spark's own log goes to (default <state dir>/spark.log); stderr to print it")
+RESTART_ATTEMPTS = Setting("HEADRACE_RESTART_ATTEMPTS", "3",
+                           "restarts of a failed query allowed within the restart window (0: never restart)")
+RESTART_WINDOW = Setting("HEADRACE_RESTART_WINDOW", "10min",
+                         "the window the restart attempts are counted in: more failures within it end the run")
+RESTART_BACKOFF = Setting("HEADRACE_RESTART_BACKOFF", "1s",
+                          "wait before the first restart; doubled for each further restart in the window")
 
-ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL, CACHE_DIR, JVM_CLASS_ARCHIVE)
+ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL, SPARK_LOG, CACHE_DIR, JVM_CLASS_ARCHIVE, RESTART_ATTEMPTS,
+       RESTART_WINDOW, RESTART_BACKOFF)
 
 
 def describe() -> str:

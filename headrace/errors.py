@@ -6,7 +6,10 @@ import re
 
 
 class HeadraceError(Exception):
-    """Base of every error headrace raises on purpose."""
+    """Base of every error headrace raises on purpose. The message is one line; ``trace``, when
+    set, is Spark's own account of the failure behind it (``headrace run --verbose`` prints it)."""
+
+    trace: str | None = None
 
 
 class SetupError(HeadraceError):

@@ -14,6 +14,14 @@ Two layouts, both readable with :func:`read_rows`:
 A path holds one layout: ``write_batch`` refuses a directory that already has a
 ``_spark_metadata`` manifest. Paths are local (or a shared file system mounted
 at the same place on every machine).
+
+**Lost batches.** A sink bound to a pipeline keeps a record of the directory it writes
+and the batches it committed there, in the pipeline's run directory (``<run dir>/sinks/``,
+gone with ``--fresh``). Once it has begun writing, the directory must stay: when the
+pipeline starts and finds it removed, emptied (no manifest and no batch directory) or
+missing batch directories between the first and the last, and, with one directory per
+batch, when a batch finds the directory of the last one it committed gone, the sink
+stops instead of writing on, unless ``rewrite=True``.
 """
 
 from __future__ import annotations
@@ -25,15 +33,18 @@ import os
 import re
 import shutil
 import uuid
+import warnings
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
+from headrace.connectors.sink_step import SinkStep, sink_step, step_name
 from headrace.errors import PlanError, SinkError
 
 FORMATS = {"parquet": "parquet", "jsonl": "json"}
 MANIFEST = "_spark_metadata"
 OWNER_FILE = "_headrace_owner"
+RECORDS_DIR = "sinks"  # under the run directory: one JSON record per bound sink
 _BATCH_DIR = re.compile(r"^batch-(\d+)$")
 _TMP_DIR = re.compile(r"^_tmp-(\d+)-[0-9a-f]+$")
 
@@ -64,27 +75,42 @@ class FileSink(SinkConnector):
     manifest; through ``write_batch`` each batch goes to its own directory,
     committed by an atomic rename (see the module docstring).
 
+    ``rewrite=True``: when the directory lost the batches this sink committed there
+    (removed, emptied), write on into it and accept that they are gone, with a
+    warning, instead of stopping.
+
     >>> FileSink("/tmp/out", format="jsonl").native_options()
     {'path': '/tmp/out'}
     """
 
     guarantee = Guarantee.EXACTLY_ONCE
 
-    def __init__(self, path: str, format: str = "parquet"):
+    def __init__(self, path: str, format: str = "parquet", *, rewrite: bool = False):
         if not isinstance(path, str) or not path:
             raise PlanError(f"FileSink: path must be a non-empty string, got {path!r}")
         if format not in FORMATS:
             raise PlanError(f"FileSink({path!r}): unknown format {format!r}; use 'parquet' or 'jsonl'")
+        if not isinstance(rewrite, bool):
+            raise PlanError(f"FileSink({path!r}): rewrite must be True or False, got {rewrite!r}")
         _local_path(path, f"FileSink({path!r})")
         self.path = path
         self.format = format
+        self.rewrite = rewrite
         self.native_format: str | None = FORMATS[format]
         self.owner: str | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._step: SinkStep | None = None
+        self._record_path: str | None = None  # where the run record of a bound sink lives
+        self._record: dict[str, Any] | None = None  # {"identity", "path", "first", "last"}
+        self._last_committed: int | None = None  # the last batch this sink knows is in the directory
 
     def bind(self, owner: str) -> FileSink:
         """A copy that writes batches for ``owner`` (sink, pipeline and checkpoint identity)."""
         bound = copy.copy(self)
         bound.owner = owner
+        bound._reset()
         return bound
 
     @property
@@ -96,20 +122,97 @@ class FileSink(SinkConnector):
         return {"path": self.path}
 
     def describe(self) -> dict[str, Any]:
-        return {"type": "FileSink", "path": self.path, "format": self.format}
+        return {"type": "FileSink", "path": self.path, "format": self.format, "rewrite": self.rewrite}
 
     def __repr__(self) -> str:
-        return f"FileSink({self.path!r}, format={self.format!r})"
+        return f"FileSink({self.path!r}, format={self.format!r}, rewrite={self.rewrite!r})"
+
+    def _where(self) -> str:
+        """``sink 'files' (app.py:20)``, or ``FileSink('/out')`` for a sink used on its own."""
+        if self.owner is None:
+            return f"FileSink({self.path!r})"
+        return str(self._step or SinkStep(step_name(self.owner)))
 
     def prepare(self, run_dir: str) -> None:
-        """Create the directory and remove temporary directories a crashed run left behind."""
+        """Stop if the batches this sink committed are gone; create the directory; remove
+        temporary directories a crashed run left behind; record that the sink writes here."""
+        if self.owner is not None:
+            self._step = sink_step(self.owner, run_dir)
+            self._record_path = os.path.join(run_dir, RECORDS_DIR, quote(self._step.name, safe="") + ".json")
+            self._record = self._read_record()
+        batches = _batch_ids(self.root)
+        if self._record is not None:
+            self._check_at_start(batches)
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as exc:
-            raise SinkError(f"FileSink({self.path!r}): cannot create the directory: {exc}; "
+            raise SinkError(f"{self._where()}: cannot create the directory {self.path!r}: {exc}; "
                             "choose a writable path") from None
         self._clean_temp(None)
         self._claim()
+        self._last_committed = batches[-1] if batches else None
+        if self._record_path is not None:
+            if self._record is None:  # a first start here (or a directory written before records were kept)
+                self._record = {"first": batches[0] if batches else None, "last": None}
+            seen = [self._record.get("last"), self._last_committed, _manifest_last(self.root)]
+            self._save_record(self._record.get("first"), max((b for b in seen if b is not None), default=None))
+
+    def _check_at_start(self, batches: list[int]) -> None:
+        root = self.root
+        first = (self._record or {}).get("first")
+        if not os.path.isdir(root):
+            self._lost_batches("was removed")
+        elif not batches and not os.path.isdir(os.path.join(root, MANIFEST)):
+            self._lost_batches("was emptied")
+        elif first is not None and batches:
+            gaps = sorted(set(range(first, batches[-1] + 1)) - set(batches))
+            if gaps:
+                shown = ", ".join(map(str, gaps[:10])) + (", ..." if len(gaps) > 10 else "")
+                self._lost_batches(f"lost the directories of batch{'es' if len(gaps) > 1 else ''} {shown}")
+
+    def _lost_batches(self, found: str) -> None:
+        """Stop, saying what was found and what to do; with ``rewrite=True``, warn and start the
+        record again instead."""
+        record = self._record or {}
+        span = _span(record.get("first"), record.get("last"))
+        before = f"committed {span} into it" if span else "began writing into it"
+        if self.rewrite:
+            warnings.warn(f"{self._where()}: the directory {self.path!r} {found} after this sink {before}; "
+                          "rewrite=True: writing on, and those batches are gone", stacklevel=3)
+            if self._record is not None:
+                self._record = {**self._record, "first": None, "last": None}
+            return
+        detail = f" (run record {self._record_path})" if self._record_path else ""
+        raise SinkError(
+            f"{self._where()}: the directory {self.path!r} {found} after this sink {before}{detail}; writing on "
+            "would leave those batches gone without a word. To go on: restore the directory and restart the "
+            "pipeline; or restart it with --fresh (fresh=True) to start over from the beginning of its input, "
+            "into an empty directory; or pass rewrite=True to this sink to write on and accept that those "
+            "batches are gone")
+
+    def _read_record(self) -> dict[str, Any] | None:
+        """This sink's run record, if it is about this identity and this directory."""
+        assert self._record_path is not None
+        try:
+            with open(self._record_path) as handle:
+                record = json.load(handle)
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if not isinstance(record, dict) or record.get("identity") != self.owner or record.get("path") != self.root:
+            return None
+        return record
+
+    def _save_record(self, first: int | None, last: int | None) -> None:
+        assert self._record_path is not None
+        self._record = {"identity": self.owner, "path": self.root, "first": first, "last": last}
+        temporary = f"{self._record_path}.{uuid.uuid4().hex}.tmp"
+        try:
+            os.makedirs(os.path.dirname(self._record_path), exist_ok=True)
+            with open(temporary, "w") as handle:
+                json.dump(self._record, handle)
+            os.replace(temporary, self._record_path)
+        except OSError as exc:
+            raise SinkError(f"{self._where()}: cannot write its run record {self._record_path}: {exc}") from None
 
     def _claim(self) -> None:
         """Refuse a directory that holds batches of another run: their batch ids would
@@ -121,12 +224,12 @@ class FileSink(SinkConnector):
             with open(marker) as handle:
                 previous = handle.read().strip()
             if previous != self.owner:
-                raise SinkError(f"FileSink({self.path!r}): the directory holds the batches of another run "
+                raise SinkError(f"{self._where()}: the directory {self.path!r} holds the batches of another run "
                                 f"({previous}); a fresh start needs an empty directory: remove it or use a new path")
             return
         if any(_BATCH_DIR.match(name) for name in os.listdir(self.root)):
-            raise SinkError(f"FileSink({self.path!r}): the directory already holds batches of an earlier run; "
-                            "remove it or use a new path")
+            raise SinkError(f"{self._where()}: the directory {self.path!r} already holds batches of an earlier "
+                            "run; remove it or use a new path")
         with open(marker, "w") as handle:
             handle.write(self.owner + "\n")
 
@@ -141,14 +244,17 @@ class FileSink(SinkConnector):
             return
         if os.path.isdir(os.path.join(root, MANIFEST)):
             raise SinkError(
-                f"FileSink({self.path!r}): the directory holds Spark's streaming file-sink layout "
+                f"{self._where()}: the directory {self.path!r} holds Spark's streaming file-sink layout "
                 f"({MANIFEST}), written when this sink was a pipeline's only sink; batches written "
                 "now would be invisible to its readers and could be written twice. Use a new path.")
+        rewrote = self._check_last_batch()
         try:
             os.makedirs(root, exist_ok=True)
         except OSError as exc:
-            raise SinkError(f"FileSink({self.path!r}): cannot create the directory: {exc}; "
+            raise SinkError(f"{self._where()}: cannot create the directory {self.path!r}: {exc}; "
                             "choose a writable path") from None
+        if rewrote:
+            self._claim()
         self._clean_temp(batch_id)
         temp = os.path.join(root, f"_tmp-{batch_id}-{uuid.uuid4().hex}")
         writer = df.write.mode("errorifexists")
@@ -162,9 +268,28 @@ class FileSink(SinkConnector):
             shutil.rmtree(temp, ignore_errors=True)
             if os.path.isdir(final):
                 return  # another attempt committed the same batch first
-            raise SinkError(f"FileSink({self.path!r}): cannot commit batch {batch_id} "
+            raise SinkError(f"{self._where()}: cannot commit batch {batch_id} "
                             f"(rename to {final}): {exc}") from None
         _fsync_dir(root)
+        self._last_committed = batch_id
+        if self._record_path is not None:
+            first = (self._record or {}).get("first")
+            self._save_record(batch_id if first is None else first, batch_id)
+
+    def _check_last_batch(self) -> bool:
+        """Whether the directory still holds the last batch this sink committed; stop when it
+        does not, or (``rewrite=True``) return True after the warning."""
+        last, root = self._last_committed, self.root
+        if last is None or os.path.isdir(os.path.join(root, batch_dir_name(last))):
+            return False
+        if not os.path.isdir(root):
+            self._lost_batches("was removed")
+        elif not _batch_ids(root):
+            self._lost_batches("was emptied")
+        else:
+            self._lost_batches(f"lost the directory of batch {last}")
+        self._last_committed = None
+        return True
 
     def _clean_temp(self, up_to: int | None) -> None:
         """Remove temporary batch directories (those of batches up to ``up_to``, or all)."""
@@ -175,6 +300,37 @@ class FileSink(SinkConnector):
             match = _TMP_DIR.match(name)
             if match and (up_to is None or int(match.group(1)) <= up_to):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _batch_ids(root: str) -> list[int]:
+    """The ids of the batch directories under ``root``, in order (none when it is missing)."""
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(int(m.group(1)) for name in names if (m := _BATCH_DIR.match(name)))
+
+
+def _manifest_last(root: str) -> int | None:
+    """The last batch id in Spark's file-sink manifest under ``root``, if there is one."""
+    try:
+        names = os.listdir(os.path.join(root, MANIFEST))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    ids = [int(base) for name in names if (base := name.removesuffix(".compact")).isdigit()]
+    return max(ids, default=None)
+
+
+def _span(first: int | None, last: int | None) -> str:
+    """
+    >>> _span(0, 7), _span(3, 3), _span(None, 7), _span(None, None)
+    ('batches 0-7', 'batch 3', 'batches up to 7', '')
+    """
+    if last is None:
+        return ""
+    if first is None:
+        return f"batches up to {last}"
+    return f"batch {first}" if first == last else f"batches {first}-{last}"
 
 
 def _fsync_dir(path: str) -> None:

@@ -1,12 +1,23 @@
 """A PostgreSQL sink: each batch's rows and its batch id are committed in one transaction.
 
-The commit table ``headrace_sink_commits(sink, batch_id, committed_at)``
-records every batch a sink has committed; the rows of a batch and its record
-are written in the same transaction, and a batch whose record exists is
-skipped (the claim of its batch id inside the transaction makes sure of it), so
-a batch Spark replays after a failure adds nothing. Rows are
-loaded with ``COPY`` into a temporary table and moved into the target with one
-``INSERT ... SELECT`` (``ON CONFLICT (key) DO UPDATE`` when a key is given).
+The commit table ``headrace_sink_commits`` (:mod:`headrace.connectors.postgres_commits`)
+records every batch a sink has committed; the rows of a batch and its record are written
+in the same transaction, and a batch whose record exists is skipped (the claim of its
+batch id inside the transaction makes sure of it), so a batch Spark replays after a
+failure adds nothing. Rows are loaded with ``COPY`` into a temporary table and moved into
+the target with one ``INSERT ... SELECT`` (``ON CONFLICT (key) DO UPDATE`` when a key is
+given).
+
+**Faults.** A transient failure (the server cannot be reached, the connection is lost or
+terminated, a serialization failure: :func:`transient`) makes the sink try the whole
+step again, on a new connection, with exponential backoff (:mod:`headrace.connectors.retry`).
+A retry of a batch whose commit may have gone through, its answer lost with the
+connection, starts with the claim of its batch id, which finds the record and writes
+nothing. Any other error stops the batch at once.
+
+**Lost rows.** Once a sink has committed rows into its table, the table must stay: when it
+is missing (dropped, renamed away) or empty (truncated, dropped and created again), the
+sink stops instead of creating it again and writing on, unless ``rewrite=True``.
 """
 
 from __future__ import annotations
@@ -15,18 +26,33 @@ import copy
 import io
 import json
 import re
-from collections.abc import Sequence
-from typing import Any
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from headrace.connectors import postgres_commits as commits
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
+from headrace.connectors.postgres_commits import COMMIT_TABLE
+from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
+from headrace.connectors.sink_step import SinkStep, sink_step, step_name
 from headrace.errors import PlanError, SetupError, SinkError
 from headrace.schema import TYPE_ALIASES
 
+T = TypeVar("T")
+
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-COMMIT_TABLE = "headrace_sink_commits"
 CONNECT_TIMEOUT_S = 10
 COPY_CHUNK_ROWS = 65_536
+
+# SQLSTATE classes of errors worth another attempt: connection exception, transaction rollback
+# (serialization failure, deadlock), insufficient resources (too many connections), operator
+# intervention (admin or crash shutdown, "the database system is starting up"), system error.
+RETRIED_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")
+NOT_RETRIED_SQLSTATES = ("57014",)  # query canceled: a statement timeout would only time out again
+CONNECTION_SQLSTATES = ("08", "57P")  # the server is gone or going: "unreachable"
+# Connecting failed for a reason another attempt cannot fix (such errors carry no SQLSTATE).
+CONNECT_CONFIG_ERRORS = ("does not exist", "authentication failed", "no pg_hba.conf entry", "permission denied")
 
 # Column type -> PostgreSQL column type: headrace's canonical type names (headrace.schema),
 # then the other Spark types a sink may be given, by their DataType.typeName().
@@ -73,6 +99,27 @@ def _table_parts(table: str) -> tuple[str, ...]:
     return tuple(table.split("."))
 
 
+def transient(exc: BaseException) -> bool:
+    """Whether another attempt may succeed where ``exc`` failed: psycopg's OperationalError
+    for a connection that failed or was lost (no SQLSTATE, or class 08), an admin or crash
+    shutdown (57P01, 57P02), a server starting up (57P03), a serialization failure or
+    deadlock (40001, 40P01), too many connections (53300) or an I/O error (58). Not a
+    canceled statement (57014), nor a connection refused for its settings (unknown
+    database or role, failed authentication), nor any data or schema error."""
+    psycopg = _psycopg()
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    if state is None:
+        return not any(phrase in str(exc) for phrase in CONNECT_CONFIG_ERRORS)
+    return state[:2] in RETRIED_SQLSTATE_CLASSES and state not in NOT_RETRIED_SQLSTATES
+
+
+def _connection_failed(exc: BaseException) -> bool:
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith(CONNECTION_SQLSTATES)
+
+
 def pg_type(spark_type: Any) -> str | None:
     """The PostgreSQL column type for a Spark ``DataType``, or None when there is none."""
     name = spark_type.typeName()
@@ -94,7 +141,16 @@ class Postgres(SinkConnector):
       batch is committed once.
     * ``create_table``: create the table, if missing, from the batch's Spark
       schema (strings ``text``, longs ``bigint``, timestamps ``timestamptz``,
-      structs, arrays and maps ``jsonb``...) with ``key`` as primary key.
+      structs, arrays and maps ``jsonb``...) with ``key`` as primary key, as long
+      as this sink has committed no rows into it; a table that held its rows and
+      went missing stops the sink instead.
+    * ``retries``, ``retry_backoff``: after a transient failure (:func:`transient`)
+      a step is tried again up to ``retries`` times, first after ``retry_backoff``
+      seconds, then twice as long each time, at most 8 s (defaults: 5 and 0.5, so six
+      attempts over about 15.5 s); then the pipeline stops, saying so.
+    * ``rewrite``: when the table that held this sink's rows is missing or empty,
+      create it again (or write into the empty one) and accept that the batches
+      committed before are gone, with a warning; their commit records are deleted.
 
     **Identity.** A sink's commits are recorded under its *sink name* in
     ``headrace_sink_commits``. The compiler gives the sink the name of its step
@@ -102,14 +158,16 @@ class Postgres(SinkConnector):
     can also be given as ``name=``. An unbound sink is named after its table.
     The name must stay the same across restarts from a checkpoint (Spark
     replays batch ids from there), and a new checkpoint needs a new name or
-    cleared commit records, since batch ids start again at 0.
+    cleared commit records, since batch ids start again at 0. Messages name the
+    step (``sink 'totals' (app.py:14)``), the identity only as a detail.
     """
 
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = None
 
     def __init__(self, table: str, dsn: str = DEFAULT_DSN, key: str | Sequence[str] | None = None,
-                 create_table: bool = True, *, name: str | None = None):
+                 create_table: bool = True, *, name: str | None = None, retries: int = DEFAULT_RETRIES,
+                 retry_backoff: float = DEFAULT_FIRST_S, rewrite: bool = False):
         if not isinstance(table, str) or not table.strip() or any(not p for p in _table_parts(table)):
             raise PlanError(f"Postgres sink: table must be a name like 'events' or 'shop.events', got {table!r}")
         where = f"Postgres sink for table {table!r}"
@@ -127,13 +185,26 @@ class Postgres(SinkConnector):
             raise PlanError(f"{where}: key {list(keys)} names a column twice")
         if name is not None and (not isinstance(name, str) or not name):
             raise PlanError(f"{where}: name must be a non-empty string, got {name!r}")
+        if not isinstance(rewrite, bool):
+            raise PlanError(f"{where}: rewrite must be True or False, got {rewrite!r}")
+        if rewrite and not create_table:
+            raise PlanError(f"{where}: rewrite=True creates the table again when it went missing; it needs "
+                            "create_table=True")
         self.table = table
         self.dsn = dsn
         self.key = keys
         self.create_table = bool(create_table)
+        self.backoff = Backoff.checked(retries, retry_backoff, where)
+        self.rewrite = rewrite
         self._name = name
+        self._step: SinkStep | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget what belongs to one connection or one process (kept state, cached facts)."""
         self._conn: Any = None
         self._commit_table_ready = False
+        self._has_rows: bool | None = None  # whether this sink committed rows into its table
 
     # -- identity -----------------------------------------------------------
 
@@ -148,36 +219,37 @@ class Postgres(SinkConnector):
             raise PlanError(f"Postgres sink for table {self.table!r}: step name must be a non-empty string")
         bound = copy.copy(self)
         bound._name = step_name
-        bound._conn = None
-        bound._commit_table_ready = False
+        bound._step = None
+        bound._reset()
         return bound
 
     def describe(self) -> dict[str, Any]:
         return {"type": "Postgres", "name": self.name, "table": self.table, "dsn": redact_dsn(self.dsn),
-                "key": list(self.key) or None, "create_table": self.create_table}
+                "key": list(self.key) or None, "create_table": self.create_table,
+                "retries": self.backoff.retries, "retry_backoff": self.backoff.first_s, "rewrite": self.rewrite}
 
     def __repr__(self) -> str:
         return (f"Postgres({self.table!r}, dsn={redact_dsn(self.dsn)!r}, key={list(self.key) or None!r}, "
-                f"create_table={self.create_table!r}, name={self.name!r})")
+                f"create_table={self.create_table!r}, name={self.name!r}, retries={self.backoff.retries!r}, "
+                f"retry_backoff={self.backoff.first_s!r}, rewrite={self.rewrite!r})")
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_conn"] = None
-        state["_commit_table_ready"] = False
+        state.update(_conn=None, _commit_table_ready=False, _has_rows=None)
         return state
 
     def _where(self) -> str:
-        return f"sink {self.name!r} (PostgreSQL table {self.table!r})"
+        """``sink 'totals' (app.py:14)``: how every message of this sink begins."""
+        return str(self._step or SinkStep(step_name(self.name)))
 
-    # -- connection ---------------------------------------------------------
+    # -- connection and retries -----------------------------------------------
 
     def _connect(self) -> Any:
         psycopg = _psycopg()
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
             return conn
-        self._conn = None
-        self._commit_table_ready = False
+        self.close()
         extra: dict[str, Any] = {}
         try:
             if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.dsn):
@@ -188,66 +260,65 @@ class Postgres(SinkConnector):
         try:
             conn = psycopg.connect(self.dsn, autocommit=True, **extra)
         except psycopg.Error as exc:
+            if transient(exc):
+                raise
             raise SinkError(f"{self._where()}: cannot connect to PostgreSQL at {redact_dsn(self.dsn)}: "
-                            f"{_one_line(exc)}; check that the server is running and the DSN is right") from None
+                            f"{_one_line(exc)}; check the DSN (database, user, password)") from None
         self._conn = conn
+        return conn
+
+    def _ready(self) -> Any:
+        """A connection, with the commit table in place."""
+        conn = self._connect()
+        if not self._commit_table_ready:
+            commits.ensure_table(conn, _psycopg().errors.UniqueViolation)
+            self._commit_table_ready = True
         return conn
 
     def close(self) -> None:
         """Close the connection the sink keeps between batches."""
-        conn, self._conn = self._conn, None
-        self._commit_table_ready = False
+        conn = self._conn
+        self._reset()
         if conn is not None:
             try:
                 conn.close()
             except Exception:  # closing a dead connection must not fail
                 pass
 
-    def _ensure_commit_table(self, conn: Any) -> None:
-        if self._commit_table_ready:
-            return
+    def _retrying(self, doing: str, action: Callable[[], T]) -> T:
+        """``action()``, tried again on a new connection after each transient failure; a
+        SinkError naming the step when it cannot be done."""
         psycopg = _psycopg()
         try:
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {COMMIT_TABLE} ("
-                "sink text NOT NULL, batch_id bigint NOT NULL, "
-                "committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink, batch_id))")
-        except psycopg.errors.UniqueViolation:
-            pass  # another sink created it at the same moment
-        self._commit_table_ready = True
+            return retry(action, self.backoff, transient, on_retry=lambda _exc: self.close())
+        except RetriesExhausted as out:
+            self.close()
+            state = "unreachable" if _connection_failed(out.last) else "kept failing"
+            raise SinkError(
+                f"{self._where()}: PostgreSQL {state} after {out.attempts} attempt{'s' if out.attempts > 1 else ''} "
+                f"over {out.elapsed_s:.1f} s: {_one_line(out.last)}; gave up trying to {doing} at "
+                f"{redact_dsn(self.dsn)}. Restart the pipeline once the server is back (it goes on from its "
+                "checkpoint, exactly once), or let the sink wait longer with retries= and retry_backoff=") from None
+        except psycopg.Error as exc:
+            raise SinkError(f"{self._where()}: cannot {doing}: {_one_line(exc)}") from None
 
     def prepare(self, run_dir: str) -> None:
-        """Connect and create the commit table before the query starts, so errors show early."""
-        psycopg = _psycopg()
-        conn = self._connect()
-        try:
-            self._ensure_commit_table(conn)
-        except psycopg.Error as exc:
-            raise SinkError(f"{self._where()}: cannot create the commit table {COMMIT_TABLE}: "
-                            f"{_one_line(exc)}") from None
+        """Before the query starts: name the step, connect, create the commit table, and
+        stop if the rows this sink committed are gone."""
+        self._step = sink_step(self.name, run_dir)
+        self._retrying(f"check table {self.table!r} and the commit table {COMMIT_TABLE} before the start",
+                       self._check_at_start)
+
+    def _check_at_start(self) -> None:
+        conn = self._ready()
+        lost = self._lost(conn, None)
+        if lost:
+            self._lost_rows(conn, lost, None)
 
     def is_committed(self, batch_id: int) -> bool:
         """Whether batch ``batch_id`` of this sink is recorded in the commit table."""
-        psycopg = _psycopg()
-        reused = self._conn is not None
-        try:
-            try:
-                row = self._read_commit(batch_id)
-            except psycopg.OperationalError:
-                if not reused:
-                    raise
-                self.close()  # the kept connection went away (server restart, idle timeout): retry once
-                row = self._read_commit(batch_id)
-        except psycopg.Error as exc:
-            raise SinkError(f"{self._where()}: cannot read the commit table {COMMIT_TABLE}: "
-                            f"{_one_line(exc)}") from None
-        return row is not None
-
-    def _read_commit(self, batch_id: int) -> Any:
-        conn = self._connect()
-        self._ensure_commit_table(conn)
-        return conn.execute(f"SELECT 1 FROM {COMMIT_TABLE} WHERE sink = %s AND batch_id = %s",
-                            (self.name, batch_id)).fetchone()
+        return self._retrying(f"check whether batch {batch_id} is committed",
+                              lambda: commits.is_recorded(self._ready(), self.name, batch_id))
 
     # -- writing ------------------------------------------------------------
 
@@ -262,27 +333,77 @@ class Postgres(SinkConnector):
             return
         schema = df.schema
         data = df.toArrow()
+        self._retrying(f"write batch {batch_id}", lambda: self._write_once(batch_id, columns, schema, data))
+
+    def _write_once(self, batch_id: int, columns: list[str], schema: Any, data: Any) -> None:
+        """One attempt: claim the batch id, check the table, load the rows, commit."""
         psycopg = _psycopg()
-        conn = self._connect()
+        conn = self._ready()
         try:
             with conn.transaction():
-                claimed = conn.execute(
-                    f"INSERT INTO {COMMIT_TABLE} (sink, batch_id) VALUES (%s, %s) "
-                    "ON CONFLICT DO NOTHING RETURNING batch_id", (self.name, batch_id)).fetchone()
-                if claimed is None:
-                    raise psycopg.Rollback()  # committed before (a replay) or meanwhile by another attempt
+                if not commits.claim(conn, self.name, batch_id, data.num_rows, self.table):
+                    raise psycopg.Rollback()  # committed before: a replay, or an attempt whose answer was lost
+                lost = self._lost(conn, batch_id)
+                if lost:
+                    self._lost_rows(conn, lost, batch_id)
                 if self.create_table:
                     self._create_table(conn, schema)
                 self._check_target(conn, columns)
                 if data.num_rows:
                     self._load(conn, columns, data)
-        except SinkError:
-            raise
         except psycopg.errors.InvalidColumnReference as exc:
-            raise SinkError(f"{self._where()}: batch {batch_id}: the table has no primary key or unique "
+            raise SinkError(f"{self._where()}: batch {batch_id}: table {self.table!r} has no primary key or unique "
                             f"index on {list(self.key)} ({_one_line(exc)}); add one or change key=") from None
-        except psycopg.Error as exc:
-            raise SinkError(f"{self._where()}: cannot write batch {batch_id}: {_one_line(exc)}") from None
+        if data.num_rows:
+            self._has_rows = True
+
+    # -- rows committed before -------------------------------------------------
+
+    def _lost(self, conn: Any, batch_id: int | None) -> str | None:
+        """``"missing"`` or ``"empty"`` when the table no longer holds the rows this sink committed
+        into it (in batches other than ``batch_id``), else None. Two cheap reads per batch: the
+        table's existence and, when it should hold rows, whether it holds any. Rows deleted
+        from a table that keeps others are not noticed."""
+        from psycopg import sql
+
+        if self._has_rows is None:
+            self._has_rows = commits.has_rows(conn, self.name, self.table, batch_id)
+        if not self._has_rows:
+            return None
+        target = sql.Identifier(*_table_parts(self.table))
+        if conn.execute("SELECT to_regclass(%s) IS NULL", (target.as_string(conn),)).fetchone()[0]:
+            return "missing"
+        if conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(target)).fetchone()[0]:
+            return "empty"
+        return None
+
+    def _lost_rows(self, conn: Any, lost: str, batch_id: int | None) -> None:
+        """Stop with what was found and what to do; with ``rewrite=True``, forget the lost batches
+        and warn instead."""
+        done = commits.committed(conn, self.name, self.table, batch_id)
+        table = f"table {self.table!r}"
+        if self.rewrite:
+            commits.forget(conn, self.name, self.table, batch_id)
+            self._has_rows = False
+            warnings.warn(f"{self._where()}: {table} was {lost}; "
+                          f"rewrite=True: writing on {'into a new table' if lost == 'missing' else 'into it'}, "
+                          f"and {done} committed before are gone", stacklevel=2)
+            return
+        found, since, restore, rewrite = {
+            "missing": ("is missing", "it was dropped or renamed", "restore the table (or rename it back)",
+                        "create the table again"),
+            "empty": ("is empty", "it was emptied (TRUNCATE, DELETE) or dropped and created again",
+                      "restore its rows", "write on into it"),
+        }[lost]
+        option = "rewrite=True" if self.create_table else "rewrite=True and create_table=True"
+        raise SinkError(
+            f"{self._where()}: {table} {found}, but this sink committed {done} into it (commit records of "
+            f"{self.name!r} in {COMMIT_TABLE}); {since}, and writing on would lose those rows without a word. "
+            f"To go on: {restore} and restart the pipeline; or restart it with --fresh (fresh=True) to start "
+            f"over from the beginning of its input; or pass {option} to this sink to {rewrite} and accept "
+            "that those batches are gone")
+
+    # -- the target table --------------------------------------------------------
 
     def _check_columns(self, columns: list[str]) -> None:
         if len(set(columns)) != len(columns):
@@ -302,7 +423,7 @@ class Postgres(SinkConnector):
             if column_type is None:
                 raise SinkError(f"{self._where()}: column {field.name!r} has Spark type "
                                 f"{field.dataType.simpleString()}, which has no PostgreSQL column type here; "
-                                "cast it to a string or create the table yourself")
+                                f"cast it to a string or create table {self.table!r} yourself")
             definitions.append(sql.SQL("{} {}").format(sql.Identifier(field.name), sql.SQL(column_type)))
         if self.key:
             definitions.append(sql.SQL("PRIMARY KEY ({})").format(
@@ -319,13 +440,13 @@ class Postgres(SinkConnector):
                 cursor = conn.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(
                     sql.Identifier(*_table_parts(self.table))))
         except psycopg.errors.UndefinedTable:
-            raise SinkError(f"{self._where()}: the table does not exist; create it or pass "
+            raise SinkError(f"{self._where()}: table {self.table!r} does not exist; create it or pass "
                             "create_table=True") from None
         existing = [d.name for d in cursor.description or ()]
         unknown = [c for c in columns if c not in existing]
         if unknown:
-            raise SinkError(f"{self._where()}: the table has no column(s) {unknown} (it has {existing}); "
-                            "add them to the table or drop them from the stream")
+            raise SinkError(f"{self._where()}: table {self.table!r} has no column(s) {unknown} (it has "
+                            f"{existing}); add them to the table or drop them from the stream")
 
     def _load(self, conn: Any, columns: list[str], data: Any) -> None:
         import pyarrow as pa

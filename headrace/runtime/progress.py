@@ -1,4 +1,15 @@
-"""The live progress display: one line, JSON lines, or nothing."""
+"""What a run reports: Spark's progress report of each micro-batch, the figures headrace
+reads from it, the run's totals, and the live display (one line, JSON lines, or nothing).
+
+A *batch* is a micro-batch Spark ran: it has a batch id, and Spark sends one progress event
+for it when it ends. A batch counts whether or not it read rows (a batch can run only to move
+the watermark and fire windows); Spark's idle reports, sent while a query waits for data, run
+nothing and are not batches. A batch id Spark runs again after a restart is counted once (its
+last report stands). *Input rows* are the records the sources handed over, not counting the
+control rows headrace's sources add (watermark moves, the end-of-input flush): Spark's
+``numInputRows`` counts those, and each source's ``hr_control_<source>`` metric says how many
+to take off.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +19,9 @@ from typing import Any, TextIO
 
 DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sent to its dead letters
 LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
+CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
+
+TOTALS = ("input_rows", "dead_letters", "late_rows_dropped")
 
 
 def _observed(progress: dict[str, Any], prefix: str, field: str) -> int:
@@ -21,45 +35,85 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     state_rows = sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", []))
     dropped = sum(op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", []))
     dropped += _observed(progress, LATE_METRIC_PREFIX, "late_dropped")
-    dead = _observed(progress, DEAD_LETTER_METRIC_PREFIX, "dead_letters")
+    rows = (progress.get("numInputRows") or 0) - _observed(progress, CONTROL_METRIC_PREFIX, "control_rows")
+    batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
     return {
         "batch": progress.get("batchId"),
-        "input_rows": progress.get("numInputRows", 0),
-        "rows_per_second": round(progress.get("processedRowsPerSecond") or 0.0, 1),
+        "input_rows": rows,
+        "rows_per_second": round(rows * 1000 / batch_ms, 1) if batch_ms else 0.0,
         "watermark": (progress.get("eventTime") or {}).get("watermark"),
         "state_rows": state_rows,
         "late_rows_dropped": dropped,
-        "dead_letters": dead,
-        "batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+        "dead_letters": _observed(progress, DEAD_LETTER_METRIC_PREFIX, "dead_letters"),
+        "batch_ms": batch_ms,
     }
 
 
+class BatchLog:
+    """The batches of one run, by batch id, with their figures and the run's totals."""
+
+    def __init__(self) -> None:
+        self._reports: dict[int, dict[str, Any]] = {}
+        self._figures: dict[int, dict[str, Any]] = {}
+        self._totals = dict.fromkeys(TOTALS, 0)
+
+    def record(self, progress: dict[str, Any]) -> dict[str, Any]:
+        """Keep one batch's progress report (a later report of the same batch id replaces an
+        earlier one) and return its figures."""
+        batch = int(progress["batchId"])
+        figures = summarise(progress)
+        replaced = self._figures.get(batch, {})
+        for name in TOTALS:
+            self._totals[name] += (figures[name] or 0) - (replaced.get(name) or 0)
+        self._reports[batch], self._figures[batch] = progress, figures
+        return figures
+
+    def __len__(self) -> int:
+        return len(self._reports)
+
+    @property
+    def reports(self) -> list[dict[str, Any]]:
+        """Spark's progress reports, one per batch, in batch order."""
+        return [self._reports[batch] for batch in sorted(self._reports)]
+
+    def totals(self) -> dict[str, int]:
+        return dict(self._totals)
+
+
 class ProgressDisplay:
-    """Prints each new batch's figures; ``mode`` is ``line``, ``json`` or ``quiet``."""
+    """Prints each batch's figures and each restart; ``mode`` is ``line``, ``json`` or ``quiet``."""
 
     def __init__(self, mode: str = "line", stream: TextIO | None = None) -> None:
         self.mode = mode
         self.stream = stream or (sys.stdout if mode == "json" else sys.stderr)
-        self.last_batch: int | None = None
-        self.totals = {"dead_letters": 0, "late_rows_dropped": 0, "input_rows": 0}
         self.interactive = self.stream.isatty()
 
-    def update(self, progress: dict[str, Any] | None) -> None:
-        if not progress or progress.get("batchId") == self.last_batch:
-            return
-        self.last_batch = progress.get("batchId")
-        figures = summarise(progress)
-        for name in self.totals:
-            self.totals[name] += figures[name] or 0
-        if self.mode == "quiet":
-            return
+    def batch(self, figures: dict[str, Any], totals: dict[str, int], restarts: int) -> None:
         if self.mode == "json":
-            self.stream.write(json.dumps({**figures, "total_dead_letters": self.totals["dead_letters"]}) + "\n")
-        else:
+            self._write(json.dumps({**figures, "total_dead_letters": totals["dead_letters"], "restarts": restarts}))
+        elif self.mode == "line":
             line = (f"batch {figures['batch']} | {figures['rows_per_second']:,.0f} rows/s | "
                     f"watermark {figures['watermark'] or '-'} | state rows {figures['state_rows']} | "
-                    f"dead letters {self.totals['dead_letters']} | late dropped {self.totals['late_rows_dropped']}")
-            self.stream.write(("\r" + line.ljust(110)) if self.interactive else line + "\n")
+                    f"dead letters {totals['dead_letters']} | late dropped {totals['late_rows_dropped']}")
+            line += f" | restarts {restarts}" if restarts else ""
+            self._write(line, in_place=True)
+
+    def restart(self, number: int, policy: str, delay_s: float, error: Exception) -> None:
+        """A failed query about to be restarted from its checkpoint."""
+        if self.mode == "json":
+            self._write(json.dumps({"restart": {"number": number, "policy": policy, "delay_s": delay_s,
+                                                "error": str(error)}}))
+        elif self.mode == "line":
+            self._write(f"restart {number} ({policy}) in {delay_s:g} s after: {error}")
+
+    def _write(self, text: str, in_place: bool = False) -> None:
+        """One line; on a terminal the batch line is rewritten in place and other lines go below it."""
+        if not (self.interactive and self.mode == "line"):
+            self.stream.write(text + "\n")
+        elif in_place:
+            self.stream.write("\r" + text.ljust(110))
+        else:
+            self.stream.write("\n" + text + "\n")
         self.stream.flush()
 
     def close(self) -> None:

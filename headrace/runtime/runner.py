@@ -1,12 +1,18 @@
-"""Run a pipeline: start its one streaming query, show progress, stop at a batch boundary,
-restart from its checkpoint."""
+"""Run a pipeline: start its one streaming query, report its progress, stop it at a batch
+boundary, and restart it from its checkpoint after a failure worth restarting.
+
+Spark calls happen on the run's own thread. Signals (``headrace/runtime/signals.py``) only
+ask for a stop (``request_stop``) or, the second time, stop the query from a thread of their
+own (``halt``); a failure of the query is classified (``headrace/runtime/failures.py``) and
+either restarted under the run's ``RestartPolicy`` or raised as one headrace error.
+"""
 
 from __future__ import annotations
 
 import datetime
 import os
+import queue
 import shutil
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -15,13 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from headrace import config
-from headrace.errors import HeadraceError, PipelineFailed, raised_inside
+from headrace.errors import HeadraceError
+from headrace.runtime import events
+from headrace.runtime.checkpoints import query_id
 from headrace.runtime.compatibility import record_plan, verify_restart
-from headrace.runtime.progress import ProgressDisplay
-from headrace.runtime.session import get_session
+from headrace.runtime.failures import classify
+from headrace.runtime.progress import BatchLog, ProgressDisplay
+from headrace.runtime.restarts import RestartPolicy
+from headrace.runtime.session import get_session, spark_log_file
+from headrace.runtime.signals import stop_on_signals
 from headrace.spark.compiler import compile_plan
 from headrace.spark.specs import check_plan, trigger_interval
 from headrace.spark.writer import start_query
+
+HALT_TIMEOUT_S = 30.0  # how long a stop at once may take before the run gives up waiting for it
 
 
 def default_state_dir() -> str:
@@ -30,7 +43,7 @@ def default_state_dir() -> str:
 
 @dataclass
 class RunResult:
-    """What a finished run reports."""
+    """What a finished run reports (``headrace/runtime/progress.py`` says what is counted)."""
 
     pipeline: str
     batches: int
@@ -40,7 +53,8 @@ class RunResult:
     stopped_by: str
     checkpoint: str
     elapsed_s: float = 0.0
-    progress: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    restarts: int = 0
+    progress: list[dict[str, Any]] = field(default_factory=list, repr=False)  # Spark's report of each batch
 
 
 class PipelineRun:
@@ -48,15 +62,18 @@ class PipelineRun:
     anywhere (signal handler, another thread) drains it to a batch boundary."""
 
     def __init__(self, pipeline: Any, *, state_dir: str | None = None, master: str | None = None,
-                 progress: str = "line", fresh: bool = False, trigger_interval: str | None = None) -> None:
+                 progress: str = "line", fresh: bool = False, trigger_interval: str | None = None,
+                 restart_attempts: int | None = None, restart_window: Any = None, restart_backoff: Any = None) -> None:
         self.pipeline = pipeline
         self.plan = pipeline.plan
         check_plan(self.plan)
-        root = Path(state_dir or default_state_dir()) / self.plan.name
-        self.checkpoint = str(root / "checkpoint")
-        self.run_dir = str(root / "run")
+        self.restart_policy = RestartPolicy.of(restart_attempts, restart_window, restart_backoff)
+        self.state_dir = state_dir or default_state_dir()
+        self.root = str(Path(self.state_dir) / self.plan.name)
+        self.checkpoint = str(Path(self.root) / "checkpoint")
+        self.run_dir = str(Path(self.root) / "run")
         if fresh:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(self.root, ignore_errors=True)
         self.master = master
         self.display = ProgressDisplay(progress)
         self.trigger_interval = trigger_interval
@@ -64,37 +81,83 @@ class PipelineRun:
         self.compiled: Any = None
         self.stop_reason = ""
         self.started_at = 0.0
-        self.progress_log: list[dict[str, Any]] = []
+        self.restarts = 0
+        self.batches = BatchLog()
+        self._spark: Any = None
+        self._query_id = ""  # Spark's id of the query, kept in the checkpoint
+        self._inbox: queue.SimpleQueue[dict[str, Any]] | None = None
+        self._stop_asked = False
+        self._halted = False
+        self._halting: threading.Thread | None = None
+
+    @property
+    def progress_log(self) -> list[dict[str, Any]]:
+        """Spark's progress report of each batch so far, in batch order."""
+        return self.batches.reports
 
     # -- life cycle -----------------------------------------------------------------------------
     def start(self) -> PipelineRun:
-        root = str(Path(self.checkpoint).parent)
-        verify_restart(self.plan, root)  # before Spark starts: refuse a checkpoint this plan cannot continue
-        spark = get_session(self.master)
+        """Check the checkpoint, start Spark and the query; a stop asked before the query starts
+        leaves it unstarted (``wait`` then returns at once)."""
+        self.started_at = time.time()
+        if self._stop_asked:
+            return self
+        verify_restart(self.plan, self.root)  # before Spark starts: refuse a checkpoint this plan cannot continue
+        self._spark = get_session(self.master, spark_log_file(self.state_dir))
         os.makedirs(self.run_dir, exist_ok=True)
         for leftover in ("stop", "exhausted"):
             path = Path(self.run_dir) / leftover
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        if self._stop_asked:  # asked while the leftovers went: mark it again
+            self._mark_stop()
+        self._query_id = query_id(self.checkpoint)
+        self._inbox = events.follow(self._spark, self._query_id)
         try:
-            self.compiled = compile_plan(self.plan, spark, self.run_dir)
-            record_plan(self.plan, root)
-            self.started_at = time.time()
-            self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir, self.trigger_interval)
+            self._start_query()
+        except BaseException:
+            events.unfollow(self._spark, self._query_id, self._inbox)
+            raise
+        return self
+
+    def _start_query(self) -> None:
+        """Compile the plan and start its query, unless a stop was asked meanwhile (no batch has
+        run then: there is nothing to drain)."""
+        try:
+            if not self._stop_asked:
+                self.compiled = compile_plan(self.plan, self._spark, self.run_dir)
+            if not self._stop_asked:
+                record_plan(self.plan, self.root)
+                self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir,
+                                         self.trigger_interval)
         except HeadraceError:
             raise
-        except Exception as exc:  # noqa: BLE001 - Spark refused the query: say so in one line
-            raise translate_failure(self.plan.name, exc) from None
-        return self
+        except Exception as exc:  # noqa: BLE001 - Spark refused the query: say why in one line
+            raise classify(self.plan, exc).error from None
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask every source to hand out no new data; the query stops after the current batch."""
         self.stop_reason = self.stop_reason or reason
+        self._stop_asked = True
+        self._mark_stop()
+
+    def halt(self, reason: str) -> bool:
+        """Stop the query at once, from a thread of its own (the batch in flight runs again on the
+        next start); False when there is no query to stop or it is being stopped already."""
+        if self.query is None or self._halted:
+            return False
+        self.stop_reason = reason
+        self._stop_asked = self._halted = True
+        self._halting = threading.Thread(target=self._stop_quietly, name="headrace-halt", daemon=True)
+        self._halting.start()
+        return True
+
+    def _mark_stop(self) -> None:
         os.makedirs(self.run_dir, exist_ok=True)
         Path(self.run_dir, "stop").touch()
 
     @property
     def stopping(self) -> bool:
-        return os.path.exists(os.path.join(self.run_dir, "stop"))
+        return self._stop_asked or os.path.exists(os.path.join(self.run_dir, "stop"))
 
     def bounded(self) -> bool:
         return all(source.connector.bounded for source in self.plan.sources())
@@ -110,105 +173,141 @@ class PipelineRun:
                 source.connector.release(self.run_dir, source.name)
 
     def poll(self) -> None:
-        """Record and show every progress report since the last poll; raise if the query failed."""
-        last = self.progress_log[-1]["batchId"] if self.progress_log else -1
-        for progress in self.query.recentProgress:
-            if progress.get("batchId", -1) > last:
-                self.progress_log.append(progress)
-                self.display.update(progress)
-                last = progress["batchId"]
-        if not self.query.isActive:
-            self._raise_failure()
+        """Record and show every batch reported since the last poll."""
+        if self._inbox is None:
+            return
+        while True:
+            try:
+                report = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            figures = self.batches.record(report)
+            self.display.batch(figures, self.batches.totals(), self.restarts)
+
+    def _collect(self) -> None:
+        """Wait for the reports of every batch Spark has finished, and record them."""
+        if self._spark is not None:
+            events.deliver_pending(self._spark)
+        self.poll()
 
     def settle(self) -> None:
         """Block until every offset the sources have handed out is processed and committed."""
         if trigger_interval(self.plan, None):
             return self._settle_timed()
-        try:
-            self.query.processAllAvailable()
-        except Exception as exc:  # noqa: BLE001 - Spark raises its own wrapper types
-            self._stop_quietly()
-            raise translate_failure(self.plan.name, exc) from None
-        self.poll()
+        while self._alive():
+            try:
+                self.query.processAllAvailable()
+            except Exception:  # noqa: BLE001 - the query failed: _alive() restarts it or raises
+                continue
+            break
+        self._collect()
 
     def _settle_timed(self) -> None:
         """``settle`` for a query in Spark's processing-time mode, which runs a micro-batch at
         every trigger and so is never idle for ``processAllAvailable``: wait for a micro-batch
         planned after now that found no offset beyond those it read."""
         since = time.time()
-        while True:
+        while self._alive():
             self.poll()
-            done = [p for p in self.progress_log
-                    if _started_at(p) >= since and all(s.get("endOffset") == s.get("latestOffset")
-                                                       for s in p.get("sources", []))]
-            if done:
+            if any(_started_at(p) >= since and all(s.get("endOffset") == s.get("latestOffset")
+                                                   for s in p.get("sources", []))
+                   for p in self.progress_log):
                 return
             time.sleep(0.05)
+
+    def _alive(self) -> bool:
+        """Whether the query runs. A failed query is restarted when that can help and the
+        restart policy allows it, and its failure raised otherwise."""
+        if self.query.isActive:
+            return True
+        if self._halted:
+            return False
+        error = self.query.exception()
+        if error is None:  # stopped from outside (query.stop(), another thread)
+            self.stop_reason = self.stop_reason or "query stopped"
+            return False
+        self._recover(error, self.query._jsq.exception().get())
+        return bool(self.query.isActive)
+
+    def _recover(self, exc: BaseException, java: Any) -> None:
+        """Restart the failed query after its backoff, or raise its failure as one headrace error."""
+        failure = classify(self.plan, exc, java)
+        self._collect()
+        if not failure.restartable or self.stopping:
+            raise failure.error from None
+        delay = self.restart_policy.next_delay(time.time())
+        if delay is None:
+            raise failure.giving_up(self.restart_policy.attempts, self.restart_policy.describe()) from None
+        self.restarts += 1
+        self.display.restart(self.restarts, self.restart_policy.describe(), delay, failure.error)
+        if self._pause(delay):
+            self._start_query()
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleep ``seconds`` unless a stop is asked meanwhile; True when none was."""
+        until = time.time() + seconds
+        while not self.stopping and time.time() < until:
+            time.sleep(min(0.1, max(0.0, until - time.time())))
+        return not self.stopping
 
     def wait(self, until_exhausted: bool | None = None, max_seconds: float | None = None,
              on_settled: Callable[[PipelineRun], None] | None = None) -> RunResult:
         """Run until the input is exhausted (bounded pipelines by default), a stop is
-        requested, or ``max_seconds`` pass; then stop at a batch boundary."""
+        requested, or ``max_seconds`` pass; then stop at a batch boundary. A stop at once
+        (``halt``, a second signal) ends in KeyboardInterrupt."""
         until_exhausted = self.bounded() if until_exhausted is None else until_exhausted
         deadline = None if max_seconds is None else time.time() + max_seconds
         try:
-            while not self.stopping:
-                if not self.query.isActive:  # stopped from outside (query.stop(), another thread)
-                    self._raise_failure()
-                    self.stop_reason = self.stop_reason or "query stopped"
-                    break
+            while self.query is not None and not self.stopping and self._alive():
                 if until_exhausted:
                     self.release_paced()
                     self.settle()
                     if on_settled:
                         on_settled(self)
-                    if self.exhausted():
-                        self.settle()
-                        self.stop_reason = self.stop_reason or "input exhausted"
-                        break
-                    time.sleep(0.05)
                 else:
-                    self.query.awaitTermination(0.25)
+                    try:
+                        self.query.awaitTermination(0.25)
+                    except Exception:  # noqa: BLE001 - the query failed: _alive() restarts it or raises
+                        continue
                     self.poll()
-                    if self.exhausted():  # e.g. a socket whose peer closed the connection
-                        self.settle()
-                        self.stop_reason = self.stop_reason or "input exhausted"
-                        break
+                if self.exhausted():  # bounded input, or e.g. a socket whose peer closed the connection
+                    self.settle()
+                    self.stop_reason = self.stop_reason or "input exhausted"
+                    break
+                if until_exhausted:
+                    time.sleep(0.05)
                 if deadline is not None and time.time() > deadline:
                     self.request_stop(f"ran for {max_seconds} s")
-            if self.stopping:
+            if self.query is not None and self.stopping and not self._halted and self.query.isActive:
                 self.settle()
         finally:
-            self._stop_quietly()
-            self.display.close()
+            self._finish()
+        if self._halted:
+            raise KeyboardInterrupt(self.stop_reason)
         return self.result()
 
+    def _finish(self) -> None:
+        try:
+            if self._halting is not None:
+                self._halting.join(HALT_TIMEOUT_S)
+            else:
+                self._stop_quietly()
+                self._collect()
+        finally:
+            if self._inbox is not None:
+                events.unfollow(self._spark, self._query_id, self._inbox)
+            self.display.close()
+
     def result(self) -> RunResult:
-        totals = self.display.totals
-        return RunResult(self.plan.name, len(self.progress_log), totals["input_rows"], totals["dead_letters"],
+        totals = self.batches.totals()
+        return RunResult(self.plan.name, len(self.batches), totals["input_rows"], totals["dead_letters"],
                          totals["late_rows_dropped"], self.stop_reason, self.checkpoint,
-                         round(time.time() - self.started_at, 3), self.progress_log)
+                         round(time.time() - self.started_at, 3) if self.started_at else 0.0, self.restarts,
+                         self.batches.reports)
 
     def _stop_quietly(self) -> None:
         if self.query is not None and self.query.isActive:
             self.query.stop()
-
-    def _raise_failure(self) -> None:
-        error = self.query.exception()
-        if error is not None:
-            raise translate_failure(self.plan.name, error)
-
-
-def translate_failure(pipeline: str, exc: BaseException) -> HeadraceError:
-    """Turn Spark's wrapped failure back into the headrace error raised inside it."""
-    if isinstance(exc, HeadraceError):
-        return exc
-    text = str(exc)
-    inner = raised_inside(text)
-    if inner is not None:
-        return inner
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-    return PipelineFailed(f"pipeline {pipeline!r} failed: {first}")
 
 
 def _started_at(progress: dict[str, Any]) -> float:
@@ -219,23 +318,25 @@ def _started_at(progress: dict[str, Any]) -> float:
 
 def run(pipeline: Any, *, state_dir: str | None = None, master: str | None = None, progress: str = "line",
         fresh: bool = False, until_exhausted: bool | None = None, max_seconds: float | None = None,
-        trigger_interval: str | None = None, handle_signals: bool = True) -> RunResult:
+        trigger_interval: str | None = None, handle_signals: bool = True, restart_attempts: int | None = None,
+        restart_window: Any = None, restart_backoff: Any = None) -> RunResult:
     """Run ``pipeline`` until its bounded input is exhausted, Ctrl-C / SIGTERM, or ``max_seconds``.
 
     Restarting with the same ``state_dir`` continues from the checkpoint exactly where the
-    previous run stopped; ``fresh=True`` forgets it.
+    previous run stopped; ``fresh=True`` forgets it. A query that fails in a way worth
+    restarting is started again from its checkpoint: up to ``restart_attempts`` times within
+    ``restart_window``, after ``restart_backoff`` doubled at each restart (defaults: the
+    ``HEADRACE_RESTART_*`` settings). With ``handle_signals``, the first Ctrl-C or SIGTERM
+    stops at a batch boundary and a second stops at once (KeyboardInterrupt).
     """
     runner = PipelineRun(pipeline, state_dir=state_dir, master=master, progress=progress, fresh=fresh,
-                         trigger_interval=trigger_interval)
-    previous: dict[signal.Signals, Any] = {}
-    if handle_signals and threading.current_thread() is threading.main_thread():
-        def on_signal(signum: int, _frame: Any) -> None:
-            runner.request_stop(f"signal {signal.Signals(signum).name}")
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
-        runner.start()
-        return runner.wait(until_exhausted=until_exhausted, max_seconds=max_seconds)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+                         trigger_interval=trigger_interval, restart_attempts=restart_attempts,
+                         restart_window=restart_window, restart_backoff=restart_backoff)
+    with stop_on_signals(handle_signals) as signals:
+        if handle_signals and signals.installed:
+            signals.attach(runner)
+        try:
+            runner.start()
+            return runner.wait(until_exhausted=until_exhausted, max_seconds=max_seconds)
+        finally:
+            signals.detach(runner)

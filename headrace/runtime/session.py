@@ -8,6 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from headrace import config
@@ -153,22 +156,91 @@ def jvm_start_options(java_banner: str) -> tuple[str, str | None, str]:
     return options, temporary, archive
 
 
+# -- Spark's log ---------------------------------------------------------------------------------
+# Spark logs a failed task or query with its whole stack trace; on the terminal that buries the
+# one-line error headrace reports (the trace stays in this log, and ``--verbose`` prints it).
+LOG_CONFIG = """\
+status = error
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:headrace.spark.log}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def spark_log_file(state_dir: str | None = None) -> str | None:
+    """Where Spark's log goes: ``HEADRACE_SPARK_LOG``, else ``<state dir>/spark.log``; None
+    when the setting is ``stderr``."""
+    setting = config.SPARK_LOG.get().strip()
+    if setting.lower() == "stderr":
+        return None
+    path = setting or os.path.join(state_dir or config.STATE_DIR.get(), "spark.log")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def log_options(log_file: str | None) -> str:
+    """Driver JVM options sending Spark's log to ``log_file`` (none: Spark's console log)."""
+    if log_file is None:
+        return ""
+    config_file = os.path.join(os.path.expanduser(config.CACHE_DIR.get()), "log4j2-file.properties")
+    try:
+        os.makedirs(os.path.dirname(log_file), exist_ok=True)
+        os.makedirs(os.path.dirname(config_file), exist_ok=True)
+        if not os.path.exists(config_file) or Path(config_file).read_text() != LOG_CONFIG:
+            temporary = f"{config_file}.{os.getpid()}.tmp"
+            with open(temporary, "w") as handle:
+                handle.write(LOG_CONFIG)
+            os.replace(temporary, config_file)
+    except OSError:
+        return ""  # nowhere to write: Spark logs to the console as it does by default
+    return f'"-Dlog4j2.configurationFile={config_file}" "-Dheadrace.spark.log={log_file}"'
+
+
+def _off_the_main_thread(make: Callable[[], Any]) -> Any:
+    """``make()`` run on a thread of its own; waiting for it, the main thread still takes signals."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = make()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="headrace-spark-start", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 _session: Any = None
 
 
-def get_session(master: str | None = None) -> Any:
-    """The process's Spark session, created on first use with headrace's defaults."""
+def get_session(master: str | None = None, log_file: str | None = None) -> Any:
+    """The process's Spark session, created on first use with headrace's defaults; Spark logs to
+    ``log_file`` (default: ``spark_log_file()``)."""
     global _session
     if _session is not None:
         return _session
     java_banner = check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     settings = spark_defaults(master or default_master())
     jvm_options, temporary, archive = jvm_start_options(java_banner)
-    settings["spark.driver.extraJavaOptions"] += " " + jvm_options
+    log = log_options(log_file or spark_log_file())
+    settings["spark.driver.extraJavaOptions"] += " " + jvm_options + (" " + log if log else "")
+    # The SparkContext (Spark's JVM) starts on a thread of its own: pyspark takes Ctrl-C over when
+    # it creates a context on the main thread, and a signal that arrives while Spark starts must
+    # reach headrace's handlers (``headrace/runtime/signals.py``), which may abandon the start.
+    _off_the_main_thread(lambda: SparkContext.getOrCreate(SparkConf().setAll(list(settings.items()))))
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)

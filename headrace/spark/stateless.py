@@ -31,7 +31,7 @@ from headrace.plan.nodes import (
     TableNode,
     UnionNode,
 )
-from headrace.runtime.progress import DEAD_LETTER_METRIC_PREFIX
+from headrace.runtime.progress import CONTROL_METRIC_PREFIX, DEAD_LETTER_METRIC_PREFIX
 from headrace.schema import arrow_schema, to_ddl, type_name_of_arrow
 from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec
@@ -58,10 +58,12 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
     node.connector.prepare(context)
     data_source: Any = node.connector.data_source()
     lowering.spark.dataSource.register(data_source)
-    df = (lowering.spark.readStream.format(data_source.name())
-          .options(**node.connector.options(), **context.options()).load())
+    raw = (lowering.spark.readStream.format(data_source.name())
+           .options(**node.connector.options(), **context.options()).load())
+    # Spark counts control rows among a batch's input rows: the run's progress takes them off.
+    df = raw.observe(f"{CONTROL_METRIC_PREFIX}{node.name}", F.count(F.col(CONTROL_COLUMN)).alias("control_rows"))
     if node.connector.emits_dead_letters:
-        lowering.raw_sources[node.name] = df
+        lowering.raw_sources[node.name] = raw
         dead = F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters")
         df = df.observe(f"{DEAD_LETTER_METRIC_PREFIX}{node.name}", dead)
         df = df.filter(F.col(DEAD_COLUMNS[1]).isNull()).drop(*DEAD_COLUMNS)

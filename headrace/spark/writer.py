@@ -21,6 +21,7 @@ from headrace.errors import SinkError, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
 from headrace.runtime.checkpoints import query_id
+from headrace.runtime.failures import python_worker_crashed
 from headrace.spark.compiler import Compiled, Lowering
 from headrace.spark.specs import native_sink_format, spec_of, trigger_interval
 
@@ -69,6 +70,8 @@ def _raise_for(sink: SinkNode, exc: Exception, doing: str) -> NoReturn:
     upstream = raised_inside(str(exc), only=("StepFunctionError", "SourceError"))
     if upstream is not None:  # a step computing the batch failed, not the sink
         raise upstream from None
+    if python_worker_crashed(str(exc)):  # a task computing the batch lost its worker: the runtime names the steps
+        raise exc
     raise SinkError(f"sink '{sink.name}' ({sink.defined_at}) failed to {doing}: {type(exc).__name__}: {exc}") from exc
 
 

@@ -1,0 +1,91 @@
+"""Spark's streaming-query events, delivered to the run they belong to.
+
+One ``StreamingQueryListener`` per Spark session, registered on first use, receives the events
+of every query on Spark's listener bus and routes each progress event, by query id, to the
+inbox of the run that follows that query. The query id is kept in the checkpoint, so a run
+keeps receiving its events when it restarts its query. A run reads its inbox on its own thread.
+
+Spark posts one progress event per micro-batch it ran; a query waiting for data sends idle
+events instead, which run no batch and are not routed. Events arrive a moment after the batch
+ends: ``deliver_pending`` waits until every event Spark has posted so far has been handed over.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+DELIVERY_TIMEOUT_MS = 30_000
+
+
+class _Router(StreamingQueryListener):
+    def __init__(self) -> None:
+        self._inboxes: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def inbox(self, query_id: str) -> queue.SimpleQueue[dict[str, Any]]:
+        """A new inbox for ``query_id``: a run that follows a query gets its events from now on."""
+        inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        with self._lock:
+            self._inboxes[query_id] = inbox
+        return inbox
+
+    def forget(self, query_id: str, inbox: queue.SimpleQueue[dict[str, Any]]) -> None:
+        with self._lock:
+            if self._inboxes.get(query_id) is inbox:  # not a later run's
+                del self._inboxes[query_id]
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            progress = event.progress
+            with self._lock:
+                inbox = self._inboxes.get(str(progress.id))
+            if inbox is not None:
+                inbox.put(json.loads(progress.json))  # Spark's own JSON: what recentProgress gives
+        except Exception:  # noqa: BLE001 - never fail Spark's listener bus; the run reads what arrived
+            pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass  # no batch ran
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass  # the run asks its query why it ended
+
+
+_routers: dict[int, _Router] = {}
+_routers_lock = threading.Lock()
+
+
+def _router(spark: Any) -> _Router:
+    with _routers_lock:
+        router = _routers.get(id(spark))
+        if router is None:
+            router = _Router()
+            spark.streams.addListener(router)
+            _routers[id(spark)] = router
+        return router
+
+
+def follow(spark: Any, query_id: str) -> queue.SimpleQueue[dict[str, Any]]:
+    """The inbox receiving the progress reports (Spark's JSON, as dicts) of query ``query_id``."""
+    return _router(spark).inbox(query_id)
+
+
+def unfollow(spark: Any, query_id: str, inbox: queue.SimpleQueue[dict[str, Any]]) -> None:
+    """Stop routing ``query_id``'s events to ``inbox``."""
+    _router(spark).forget(query_id, inbox)
+
+
+def deliver_pending(spark: Any) -> None:
+    """Block until every event Spark has posted so far has reached its inbox."""
+    try:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(DELIVERY_TIMEOUT_MS)
+    except Exception:  # noqa: BLE001 - a bus still busy after the timeout: the run reads what arrived
+        pass

@@ -1,0 +1,210 @@
+"""Every way a run fails reaches the user as one headrace error that names the step and the
+cause, with Spark's trace kept for ``--verbose``; a failure worth restarting (here: the Python
+process serving a source's offsets, killed) restarts the query from its checkpoint by itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+
+import headrace as hr
+from headrace.cli import main
+from headrace.connectors.base import SinkConnector
+from headrace.runtime.restarts import RestartPolicy
+from headrace.runtime.runner import PipelineRun
+from headrace.testing import TestSink, TestSource, run_to_completion
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the step functions below reach Spark's workers
+
+UNBOUNDED = '''
+import headrace as hr
+
+
+def parse(record):
+    raise ValueError(f"cannot parse {record['line'][:3]!r}")
+
+
+p = hr.Pipeline("unbounded_failing")
+(p.source("lines", hr.sources.Generator("words", rows_per_batch=50))
+  .map(parse, schema={"n": "long"}, name="parse").sink("out", hr.sinks.Null()))
+'''
+
+
+def write(folder: Path, text: str) -> str:
+    path = folder / "unbounded.py"
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def numbers(steps: int, rows: int = 10) -> TestSource:
+    return TestSource([[{"n": step * rows + i} for i in range(rows)] for step in range(steps)], schema={"n": "long"})
+
+
+# -- one line, naming the step -----------------------------------------------------------------------
+
+def test_an_unbounded_run_whose_function_raises_is_one_line(spark, tmp_path, capsys):
+    path = write(tmp_path, UNBOUNDED)
+    assert main(["run", path, "--state-dir", str(tmp_path / "state"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("headrace: step 'parse' (parse at unbounded.py:5) raised ValueError: cannot parse ")
+
+
+def test_verbose_adds_sparks_trace_before_the_error(spark, tmp_path, capsys):
+    path = write(tmp_path, UNBOUNDED)
+    assert main(["run", path, "--state-dir", str(tmp_path / "state"), "--quiet", "--verbose"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("headrace: step 'parse' (parse at unbounded.py:5) raised ValueError: ")
+    trace = "\n".join(err[:-1])
+    assert "Traceback (most recent call last)" in trace and "\tat org.apache.spark." in trace
+
+
+class BrokenSink(SinkConnector):
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        raise RuntimeError("disk full")
+
+
+def test_a_sink_that_raises(spark, tmp_path):
+    p = hr.Pipeline("broken_sink")
+    p.source("numbers", numbers(2)).sink("out", BrokenSink())
+    with pytest.raises(hr.SinkError) as error:
+        run_to_completion(p, state_dir=str(tmp_path))
+    defined_at = p.plan.nodes["out"].defined_at
+    assert defined_at.startswith("test_failures.py:")
+    assert str(error.value) == f"sink 'out' ({defined_at}) failed to write batch 0: RuntimeError: disk full"
+
+
+def crash(record: dict[str, Any]) -> dict[str, Any]:
+    os.kill(os.getpid(), signal.SIGKILL)  # the Python worker running this task dies
+    return record
+
+
+def test_a_crashed_python_worker_beyond_retries(spark, tmp_path, capsys):
+    """The test session has one attempt per task (``local[2]``): the crash fails the query; it is
+    restarted once (the policy), crashes again, and the run ends naming the step."""
+    p = hr.Pipeline("crashing")
+    p.source("numbers", numbers(2)).map(crash, schema={"n": "long"}, name="crash").sink("out", TestSink())
+    hr.testing._ship_test_modules(p)
+    run = PipelineRun(p, state_dir=str(tmp_path), progress="line", restart_attempts=1, restart_backoff="100ms")
+    with pytest.raises(hr.PipelineFailed) as error:
+        run.start().wait()
+    defined_at = p.plan.nodes["crash"].defined_at
+    assert str(error.value) == (
+        f"step 'crash' ({defined_at}): a Python worker crashed while running it (the process exited unexpectedly: "
+        "killed, out of memory or a fault in native code) (not restarted again: the restart policy allows 1 "
+        "restart within 10m)")
+    assert run.restarts == 1
+    assert "Python worker exited unexpectedly" in (error.value.trace or "")
+    shown = capsys.readouterr().err
+    assert f"restart 1 (1 restart within 10m) in 0.1 s after: step 'crash' ({defined_at}): a Python worker" in shown
+
+
+class JarlessSink(SinkConnector):
+    native_format = "org.example.NoSuchFormat"  # a Spark format whose jar is not on the classpath
+
+
+def test_a_missing_spark_class(spark, tmp_path):
+    p = hr.Pipeline("jarless")
+    p.source("numbers", numbers(1)).sink("out", JarlessSink())
+    with pytest.raises(hr.PipelineFailed) as error:
+        PipelineRun(p, state_dir=str(tmp_path), progress="quiet").start()
+    assert str(error.value) == (
+        f"sink 'out' ({p.plan.nodes['out'].defined_at}): Spark has no data source 'org.example.NoSuchFormat' "
+        "(class org.example.NoSuchFormat.DefaultSource not found): add the jar that provides it to Spark's "
+        "classpath (spark.jars.packages or spark.jars)")
+
+
+# -- restart settings ----------------------------------------------------------------------------------
+
+def test_restart_settings_are_checked_before_spark_starts(tmp_path, monkeypatch):
+    with pytest.raises(hr.PlanError) as error:
+        RestartPolicy.of(attempts=-1)
+    assert str(error.value) == "restart_attempts: expected a whole number of restarts, 0 or more, got -1"
+    with pytest.raises(hr.PlanError) as error:
+        RestartPolicy.of(backoff="-1s")
+    assert str(error.value) == "restart_backoff: a duration cannot be negative, got '-1s'"
+    path = write(tmp_path, UNBOUNDED)
+    done = subprocess.run([sys.executable, "-m", "headrace.cli", "run", path, "--restart-window", "0s"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == ["headrace: restart_window must be a positive duration, got '0s'"]
+
+    monkeypatch.setenv("HEADRACE_RESTART_WINDOW", "soon")
+    with pytest.raises(hr.PlanError) as error:
+        RestartPolicy.of()
+    assert str(error.value).startswith("HEADRACE_RESTART_WINDOW: cannot read 'soon' as a duration; write e.g. ")
+    monkeypatch.setenv("HEADRACE_RESTART_ATTEMPTS", "many")
+    with pytest.raises(hr.PlanError) as error:
+        RestartPolicy.of(window="1min")
+    assert str(error.value) == ("HEADRACE_RESTART_ATTEMPTS: expected a whole number of restarts, 0 or more, got "
+                                "'many'")
+
+
+def test_run_help_shows_the_restart_and_verbose_options(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "headrace.cli", "run", "--help"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0
+    for option in ("--verbose", "--restart-attempts", "--restart-window", "--restart-backoff"):
+        assert option in done.stdout
+
+
+def test_the_restart_policy_counts_restarts_within_its_window():
+    policy = RestartPolicy.of(attempts=2, window="1min", backoff="1s")
+    assert [policy.next_delay(at) for at in (0, 1, 2)] == [1.0, 2.0, None]
+    assert policy.next_delay(61) == 1.0  # the restarts at 0 s and 1 s have left the window
+
+
+# -- restarted by itself -------------------------------------------------------------------------------
+
+def source_runners(jvm: int) -> list[int]:
+    """Spark's Python streaming source runners: child processes of this session's JVM."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        if parent == jvm and "pyspark.sql.streaming.python_streaming_source_runner" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def test_a_killed_source_runner_is_restarted_and_the_output_is_exact(spark, tmp_path, capsys):
+    steps, rows = 12, 10
+    p = hr.Pipeline("runner_killed")
+    out = TestSink()
+    p.source("numbers", numbers(steps, rows)).map(lambda r: {"n": r["n"] * 2}, schema={"n": "long"}).sink("out", out)
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    killed: list[int] = []
+
+    def kill_the_runner(run: PipelineRun) -> None:
+        if len(run.progress_log) == 5 and not killed:
+            killed.extend(source_runners(jvm))
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+
+    hr.testing._ship_test_modules(p)
+    run = PipelineRun(p, state_dir=str(tmp_path), progress="json", restart_backoff="200ms").start()
+    result = run.wait(until_exhausted=True, on_settled=kill_the_runner)
+    assert killed, "no source runner found"
+    assert result.restarts == 1 and result.stopped_by == "input exhausted"
+    assert sorted(r["n"] for r in out.rows()) == [2 * n for n in range(steps * rows)]
+    assert (result.batches, result.input_rows) == (steps + 1, steps * rows)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    restart = next(line["restart"] for line in lines if "restart" in line)
+    assert restart["number"] == 1 and restart["delay_s"] == 0.2
+    assert restart["error"] == (f"source 'numbers' ({p.plan.nodes['numbers'].defined_at}): Spark lost the Python "
+                                "process that serves its offsets (the streaming source runner died or its connection "
+                                "broke)")
+    assert lines[-1]["restarts"] == 1

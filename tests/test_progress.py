@@ -1,0 +1,51 @@
+"""Progress is read from Spark's progress events, one per micro-batch Spark ran: a long run with
+idle periods reports every batch once and the exact number of input rows, where Spark's own
+``recentProgress`` keeps only the last 100 reports and mixes in idle reports that run nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import headrace as hr
+from headrace.runtime.runner import PipelineRun
+from headrace.testing import TestSource, Watermark
+
+STEPS, ROWS = 104, 10
+
+
+def numbers() -> list[Any]:
+    batches: list[Any] = [[{"n": step * ROWS + i} for i in range(ROWS)] for step in range(STEPS)]
+    batches.insert(STEPS // 2, Watermark(1_000))  # a micro-batch of one control row: no input rows
+    return batches
+
+
+def pause_now_and_then(run: PipelineRun) -> None:
+    """Leave the query idle now and then, long enough for Spark to send idle reports."""
+    if len(run.progress_log) % 15 == 0:
+        time.sleep(0.3)
+
+
+def test_a_long_run_with_idle_periods_reports_each_batch_once_and_exact_rows(spark, tmp_path, capsys):
+    p = hr.Pipeline("long_run")
+    (p.source("numbers", TestSource(numbers(), schema={"n": "long"}))
+     .filter(hr.col("n") >= 0, name="all").sink("out", hr.sinks.Null()))
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100")  # an idle report every 100 ms idle
+    try:
+        run = PipelineRun(p, state_dir=str(tmp_path), progress="json").start()
+        result = run.wait(until_exhausted=True, on_settled=pause_now_and_then)
+    finally:
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+
+    batches = STEPS + 2  # the data, the watermark move and the end-of-input flush: one micro-batch each
+    recent = run.query.recentProgress
+    assert len(recent) < 100 < batches  # Spark keeps the last reports of a query only
+    assert any("addBatch" not in report["durationMs"] for report in recent), "Spark sent idle reports meanwhile"
+
+    assert (result.batches, result.input_rows, result.restarts) == (batches, STEPS * ROWS, 0)
+    assert [report["batchId"] for report in result.progress] == list(range(batches))  # complete, for benchmarks
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["batch"] for line in lines] == list(range(batches))
+    assert sum(line["input_rows"] for line in lines) == STEPS * ROWS
+    assert [line["input_rows"] for line in lines if line["input_rows"] != ROWS] == [0, 0]  # watermark, flush

@@ -1,0 +1,138 @@
+"""SIGTERM (or Ctrl-C) at any moment of ``headrace run``: while Python starts, while Spark
+starts, or while batches run, the first stops the pipeline at a batch boundary (or before its
+first batch) and a second stops it at once; either way the next run continues from the
+checkpoint and the output is exactly that of an uninterrupted run.
+
+Each run is a ``headrace run`` process of its own, in a process group of its own. SIGTERM goes
+to that process only, as ``kill PID`` sends it; Ctrl-C goes to the whole group (Spark's JVM
+and its Python workers too), as a terminal sends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from headrace.connectors.files_sink import read_rows
+
+STEPS, ROWS = 30, 20
+PIPELINE = f'''
+import os
+import time
+
+import headrace as hr
+from headrace.testing import TestSource
+
+BATCHES = [[{{"n": step * {ROWS} + i}} for i in range({ROWS})] for step in range({STEPS})]
+PAUSE = float(os.environ.get("HR_TEST_PAUSE", "0"))
+
+
+def double(record):
+    time.sleep(PAUSE)
+    return {{"n": record["n"], "twice": record["n"] * 2}}
+
+
+p = hr.Pipeline("signals")
+(p.source("numbers", TestSource(BATCHES, schema={{"n": "long"}}))
+  .map(double, schema={{"n": "long", "twice": "long"}}, name="double")
+  .sink("out", hr.sinks.Files(os.environ["HR_TEST_OUT"], format="jsonl")))
+'''
+
+
+class Run:
+    """``headrace run FILE --json`` in a process group of its own, its output read as it comes."""
+
+    def __init__(self, folder: Path, pause: float = 0.0) -> None:
+        script = folder / "pipeline.py"
+        script.write_text(textwrap.dedent(PIPELINE))
+        env = {**os.environ, "HR_TEST_OUT": str(folder / "out"), "HR_TEST_PAUSE": str(pause)}
+        env.pop("HEADRACE_MASTER", None)
+        self.started = time.time()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "headrace.cli", "run", str(script), "--state-dir", str(folder / "state"), "--json"],
+            cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+        self.readers = [threading.Thread(target=lambda into=into, pipe=pipe: into.extend(pipe or ()), daemon=True)
+                        for into, pipe in ((self.lines, self.proc.stdout), (self.errors, self.proc.stderr))]
+        for reader in self.readers:
+            reader.start()
+
+    def signal_after(self, seconds: float, sig: signal.Signals) -> float:
+        time.sleep(max(0.0, self.started + seconds - time.time()))
+        if sig == signal.SIGINT:
+            os.killpg(self.proc.pid, sig)  # Ctrl-C in a terminal
+        else:
+            self.proc.send_signal(sig)
+        return time.time()
+
+    def batches_seen(self) -> int:
+        return sum(1 for line in list(self.lines) if line.startswith('{"batch"'))
+
+    def finish(self, timeout: float) -> tuple[int, dict, str]:
+        """Exit status, the run's result and its stderr; the whole group is killed if it overstays."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            pytest.fail(f"headrace run did not end within {timeout} s")
+        for reader in self.readers:
+            reader.join(10)
+        results = [json.loads(line)["result"] for line in self.lines if line.startswith('{"result"')]
+        return self.proc.returncode, (results[-1] if results else {}), "".join(self.errors)
+
+
+def exact_output(folder: Path) -> bool:
+    rows = read_rows(str(folder / "out"), "jsonl")
+    return sorted((r["n"], r["twice"]) for r in rows) == [(n, 2 * n) for n in range(STEPS * ROWS)]
+
+
+def continue_to_the_end(folder: Path) -> None:
+    rc, result, err = Run(folder).finish(timeout=300)
+    assert rc == 0, err[-3000:]
+    assert result["stopped_by"] == "input exhausted"
+    assert exact_output(folder)
+
+
+@pytest.mark.parametrize("sig, seconds", [(signal.SIGTERM, 1), (signal.SIGTERM, 3), (signal.SIGTERM, 5),
+                                          (signal.SIGINT, 5)],
+                         ids=["SIGTERM-1s", "SIGTERM-3s", "SIGTERM-5s", "Ctrl-C-5s"])
+def test_a_signal_at_any_moment_stops_cleanly_and_the_next_run_continues(tmp_path, sig, seconds):
+    run = Run(tmp_path)
+    signalled = run.signal_after(seconds, sig)
+    rc, result, err = run.finish(timeout=30)
+    assert time.time() - signalled < 30
+    assert rc == 0, err[-3000:]
+    assert result["stopped_by"] == f"signal {sig.name}"
+    assert result["batches"] < STEPS
+    assert all(not line.startswith(("Traceback", "headrace:")) for line in err.splitlines()), err[-3000:]
+    continue_to_the_end(tmp_path)
+
+
+def test_a_second_sigterm_stops_at_once(tmp_path):
+    run = Run(tmp_path, pause=0.15)  # 3 s a batch: the first signal's stop waits for the batch in flight
+    deadline = time.time() + 120
+    while run.batches_seen() < 2 and run.proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert run.batches_seen() >= 2, "the run never got going"
+    time.sleep(0.5)  # into the next batch
+    run.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    run.proc.send_signal(signal.SIGTERM)
+    signalled = time.time()
+    rc, _, err = run.finish(timeout=30)
+    assert time.time() - signalled < 20
+    assert rc == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == ("headrace: stopped at once by a second signal (SIGTERM); the batch in "
+                                            "flight runs again on the next start")
+    continue_to_the_end(tmp_path)
