@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
-from headrace.connectors.sink_step import SinkStep, sink_step, step_name
+from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SinkError
 
 FORMATS = {"parquet": "parquet", "jsonl": "json"}
@@ -98,18 +98,20 @@ class FileSink(SinkConnector):
         self.rewrite = rewrite
         self.native_format: str | None = FORMATS[format]
         self.owner: str | None = None
+        self._step: SinkStep | None = None
         self._reset()
 
     def _reset(self) -> None:
-        self._step: SinkStep | None = None
         self._record_path: str | None = None  # where the run record of a bound sink lives
         self._record: dict[str, Any] | None = None  # {"identity", "path", "first", "last"}
         self._last_committed: int | None = None  # the last batch this sink knows is in the directory
 
-    def bind(self, owner: str) -> FileSink:
-        """A copy that writes batches for ``owner`` (sink, pipeline and checkpoint identity)."""
+    def bind(self, owner: str, defined_at: str = "") -> FileSink:
+        """A copy that writes batches for ``owner`` (sink, pipeline and checkpoint identity), for
+        the step defined at ``defined_at`` (``file:line``, for messages)."""
         bound = copy.copy(self)
         bound.owner = owner
+        bound._step = SinkStep(step_name(owner), defined_at)
         bound._reset()
         return bound
 
@@ -131,13 +133,12 @@ class FileSink(SinkConnector):
         """``sink 'files' (app.py:20)``, or ``FileSink('/out')`` for a sink used on its own."""
         if self.owner is None:
             return f"FileSink({self.path!r})"
-        return str(self._step or SinkStep(step_name(self.owner)))
+        return str(self._step)
 
     def prepare(self, run_dir: str) -> None:
         """Stop if the batches this sink committed are gone; create the directory; remove
         temporary directories a crashed run left behind; record that the sink writes here."""
-        if self.owner is not None:
-            self._step = sink_step(self.owner, run_dir)
+        if self._step is not None:
             self._record_path = os.path.join(run_dir, RECORDS_DIR, quote(self._step.name, safe="") + ".json")
             self._record = self._read_record()
         batches = _batch_ids(self.root)

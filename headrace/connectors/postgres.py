@@ -35,7 +35,7 @@ from headrace.connectors import postgres_commits as commits
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
-from headrace.connectors.sink_step import SinkStep, sink_step, step_name
+from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SetupError, SinkError
 from headrace.schema import TYPE_ALIASES
 
@@ -213,13 +213,14 @@ class Postgres(SinkConnector):
         """The sink's identity in the commit table: its step name once bound, else its table."""
         return self._name or self.table
 
-    def bind(self, step_name: str) -> Postgres:
-        """A copy of this sink that records its commits under ``step_name``."""
-        if not isinstance(step_name, str) or not step_name:
+    def bind(self, identity: str, defined_at: str = "") -> Postgres:
+        """A copy of this sink that records its commits under ``identity`` (its step, pipeline and
+        checkpoint), for the step defined at ``defined_at`` (``file:line``, for messages)."""
+        if not isinstance(identity, str) or not identity:
             raise PlanError(f"Postgres sink for table {self.table!r}: step name must be a non-empty string")
         bound = copy.copy(self)
-        bound._name = step_name
-        bound._step = None
+        bound._name = identity
+        bound._step = SinkStep(step_name(identity), defined_at)
         bound._reset()
         return bound
 
@@ -303,9 +304,8 @@ class Postgres(SinkConnector):
             raise SinkError(f"{self._where()}: cannot {doing}: {_one_line(exc)}") from None
 
     def prepare(self, run_dir: str) -> None:
-        """Before the query starts: name the step, connect, create the commit table, and
+        """Before the query starts: connect, create the commit table, and
         stop if the rows this sink committed are gone."""
-        self._step = sink_step(self.name, run_dir)
         self._retrying(f"check table {self.table!r} and the commit table {COMMIT_TABLE} before the start",
                        self._check_at_start)
 

@@ -61,7 +61,7 @@ def _bound(sink: SinkNode, owner: str) -> SinkNode:
     """The sink with its connector told the identity it commits batch ids under: pipeline,
     step name and checkpoint, so a restart skips what it committed and a fresh start does not."""
     bind = getattr(sink.connector, "bind", None)
-    return replace(sink, connector=bind(f"{sink.name}/{owner}")) if bind else sink
+    return replace(sink, connector=bind(f"{sink.name}/{owner}", sink.defined_at)) if bind else sink
 
 
 def _raise_for(sink: SinkNode, exc: Exception, doing: str) -> NoReturn:
