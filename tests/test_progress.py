@@ -49,3 +49,18 @@ def test_a_long_run_with_idle_periods_reports_each_batch_once_and_exact_rows(spa
     assert [line["batch"] for line in lines] == list(range(batches))
     assert sum(line["input_rows"] for line in lines) == STEPS * ROWS
     assert [line["input_rows"] for line in lines if line["input_rows"] != ROWS] == [0, 0]  # watermark, flush
+
+
+def test_a_bounded_sources_flush_row_is_not_an_input_row(spark, tmp_path):
+    """The generator's and the files source's flush row is counted from their offsets (no
+    per-row metric): the run reports exactly the records read."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("".join(json.dumps({"n": n}) + "\n" for n in range(7)))
+    p = hr.Pipeline("flush_rows")
+    generated = p.source("events", hr.sources.Generator("ysb", limit=2_500, rows_per_batch=1_000))
+    generated.select("ad_id", name="ad_ids").sink("ads", hr.sinks.Null())
+    p.source("files", hr.sources.Files(str(folder), format="jsonl", schema={"n": "long"}, bounded=True)) \
+        .sink("numbers", hr.sinks.Null())
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+    assert result.input_rows == 2_500 + 7

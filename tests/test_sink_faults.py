@@ -297,6 +297,7 @@ def test_only_transient_errors_are_retried():
     for error in (psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
                   psycopg.errors.SerializationFailure("could not serialize access"),
                   psycopg.errors.CannotConnectNow("the database system is starting up"),
+                  psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
                   psycopg.OperationalError("connection failed: Connection refused"),
                   psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")):
         assert transient(error), error

@@ -18,10 +18,18 @@ file ``<hr_run_dir>/stop`` exists, ``latestOffset`` must return the offset it
 returned last (the runtime is draining the pipeline to a batch boundary). A
 bounded source writes ``<hr_run_dir>/exhausted/<hr_source>`` once the offset it
 returns covers all its input, flush row included.
+
+Spark counts control rows among a batch's input rows; headrace's progress takes them off
+(``headrace/runtime/progress.py``). A source's flush row is counted from its offsets: the
+end offset of the batch that carries it is the first to hold ``"flushed": true``
+(``flush_rows``). A source that emits other control rows (the test kit's watermark and clock
+rows) sets ``other_control_rows``: the compiler then counts its control rows in each batch
+with an observed metric, which costs a little per row.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -33,6 +41,24 @@ CONTROL_COLUMN = "_hr_ctl"
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
 # 9999-12-31: raises the watermark past every real window at the end of a bounded input.
 FLUSH_TIME_MS = 253_402_214_400_000
+FLUSHED = "flushed"  # the offset key of a source whose flush row has been handed out
+
+
+def flush_rows(start: Any, end: Any) -> int:
+    """The flush rows a batch from offset ``start`` to ``end`` carries (0 or 1): one when ``end``
+    is the first offset marked flushed. Offsets come as dicts, or as Spark's JSON text.
+
+    >>> flush_rows({"offset": 5}, {"offset": 9, "flushed": True}), flush_rows('{"flushed": true}', '{"flushed": true}')
+    (1, 0)
+    """
+    def flushed(offset: Any) -> bool:
+        if isinstance(offset, str):
+            try:
+                offset = json.loads(offset)
+            except ValueError:
+                return False
+        return isinstance(offset, dict) and bool(offset.get(FLUSHED))
+    return int(flushed(end) and not flushed(start))
 
 
 def clock_control(time_ms: int) -> int:
@@ -74,6 +100,7 @@ class SourceConnector:
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     emits_dead_letters: bool = False
     test_clock: bool = False  # processing time is the test kit's clock, moved by control rows
+    other_control_rows: bool = False  # control rows besides the flush row (see the module's docstring)
 
     @property
     def bounded(self) -> bool:

@@ -40,6 +40,7 @@ from headrace.connectors.base import (
     CONTROL_COLUMN,
     DEAD_COLUMNS,
     FLUSH_TIME_MS,
+    FLUSHED,
     Guarantee,
     SourceConnector,
     SourceContext,
@@ -116,7 +117,7 @@ class FileStreamReader(DataSourceStreamReader):
             self._marked = True
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if start.get("flushed"):
+        if start.get(FLUSHED):
             self._exhausted()
             return start
         if stop_requested(self.options):
@@ -130,7 +131,7 @@ class FileStreamReader(DataSourceStreamReader):
         new = sorted(set(names) - set(seen))
         if self.bounded:
             self._exhausted()
-            return {"files": sorted(seen + new), "flushed": True}
+            return {"files": sorted(seen + new), FLUSHED: True}
         if not new:
             return start
         return {"files": sorted(seen + new)}
@@ -140,7 +141,7 @@ class FileStreamReader(DataSourceStreamReader):
         parts: list[InputPartition] = [
             FilePartition(os.path.join(self.path, name)) for name in end["files"] if name not in seen
         ]
-        if end.get("flushed") and not start.get("flushed"):
+        if end.get(FLUSHED) and not start.get(FLUSHED):
             parts.append(FilePartition(None))
         return parts
 

@@ -38,6 +38,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from headrace.connectors.base import (
     CONTROL_COLUMN,
     FLUSH_TIME_MS,
+    FLUSHED,
     Guarantee,
     SourceConnector,
     mark_exhausted,
@@ -314,7 +315,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
             self._marked = True
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if start.get("flushed"):
+        if start.get(FLUSHED):
             self._exhausted()
             return start
         if stop_requested(self.options):
@@ -330,13 +331,13 @@ class GeneratorStreamReader(DataSourceStreamReader):
             latest = min(latest, self.limit)
         offset: dict[str, Any] = {"offset": max(latest, produced), "start_ms": start_ms}
         if self.limit is not None and offset["offset"] >= self.limit:
-            offset["flushed"] = True
+            offset[FLUSHED] = True
             self._exhausted()
         return offset
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         first, last = int(start["offset"]), int(end["offset"])
-        flush = bool(end.get("flushed")) and not start.get("flushed")
+        flush = bool(end.get(FLUSHED)) and not start.get(FLUSHED)
         start_ms = int(end["start_ms"])
         count = max(1, min(self.num_partitions, last - first))
         bounds = [first + (last - first) * k // count for k in range(count + 1)]

@@ -49,6 +49,7 @@ COPY_CHUNK_ROWS = 65_536
 # (serialization failure, deadlock), insufficient resources (too many connections), operator
 # intervention (admin or crash shutdown, "the database system is starting up"), system error.
 RETRIED_SQLSTATE_CLASSES = ("08", "40", "53", "57", "58")
+RETRIED_SQLSTATES = ("55P03",)  # lock not available: a lock timeout, another transaction held the lock
 NOT_RETRIED_SQLSTATES = ("57014",)  # query canceled: a statement timeout would only time out again
 CONNECTION_SQLSTATES = ("08", "57P")  # the server is gone or going: "unreachable"
 # Connecting failed for a reason another attempt cannot fix (such errors carry no SQLSTATE).
@@ -103,7 +104,7 @@ def transient(exc: BaseException) -> bool:
     """Whether another attempt may succeed where ``exc`` failed: psycopg's OperationalError
     for a connection that failed or was lost (no SQLSTATE, or class 08), an admin or crash
     shutdown (57P01, 57P02), a server starting up (57P03), a serialization failure or
-    deadlock (40001, 40P01), too many connections (53300) or an I/O error (58). Not a
+    deadlock (40001, 40P01), a lock timeout (55P03), too many connections (53300) or an I/O error (58). Not a
     canceled statement (57014), nor a connection refused for its settings (unknown
     database or role, failed authentication), nor any data or schema error."""
     psycopg = _psycopg()
@@ -112,6 +113,8 @@ def transient(exc: BaseException) -> bool:
     state = exc.sqlstate
     if state is None:
         return not any(phrase in str(exc) for phrase in CONNECT_CONFIG_ERRORS)
+    if state in RETRIED_SQLSTATES:
+        return True
     return state[:2] in RETRIED_SQLSTATE_CLASSES and state not in NOT_RETRIED_SQLSTATES
 
 

@@ -44,6 +44,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from headrace.connectors.base import (
     CONTROL_COLUMN,
     FLUSH_TIME_MS,
+    FLUSHED,
     Guarantee,
     SourceConnector,
     mark_exhausted,
@@ -197,7 +198,7 @@ class SocketStreamReader(DataSourceStreamReader):
             self._marked = True
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if start.get("flushed"):
+        if start.get(FLUSHED):
             self._exhausted()
             return start
         if self._receiver is None:
@@ -219,12 +220,12 @@ class SocketStreamReader(DataSourceStreamReader):
             self._received = end
         offset: dict[str, Any] = {"lines": self._received}
         if closed:
-            offset["flushed"] = True
+            offset[FLUSHED] = True
             self._exhausted()
         return offset
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        flush = bool(end.get("flushed")) and not start.get("flushed")
+        flush = bool(end.get(FLUSHED)) and not start.get(FLUSHED)
         first, last = int(start["lines"]), int(end["lines"])
         if last <= first and not flush:
             return []

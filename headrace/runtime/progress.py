@@ -17,6 +17,8 @@ import json
 import sys
 from typing import Any, TextIO
 
+from headrace.connectors.base import flush_rows
+
 DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sent to its dead letters
 LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
 CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
@@ -35,7 +37,9 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     state_rows = sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", []))
     dropped = sum(op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", []))
     dropped += _observed(progress, LATE_METRIC_PREFIX, "late_dropped")
-    rows = (progress.get("numInputRows") or 0) - _observed(progress, CONTROL_METRIC_PREFIX, "control_rows")
+    control = _observed(progress, CONTROL_METRIC_PREFIX, "control_rows")
+    control += sum(flush_rows(s.get("startOffset"), s.get("endOffset")) for s in progress.get("sources") or ())
+    rows = (progress.get("numInputRows") or 0) - control
     batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
     return {
         "batch": progress.get("batchId"),

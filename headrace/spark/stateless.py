@@ -60,8 +60,9 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
     lowering.spark.dataSource.register(data_source)
     raw = (lowering.spark.readStream.format(data_source.name())
            .options(**node.connector.options(), **context.options()).load())
-    # Spark counts control rows among a batch's input rows: the run's progress takes them off.
-    df = raw.observe(f"{CONTROL_METRIC_PREFIX}{node.name}", F.count(F.col(CONTROL_COLUMN)).alias("control_rows"))
+    df = raw
+    if node.connector.other_control_rows:  # see headrace.connectors.base: progress takes control rows off
+        df = raw.observe(f"{CONTROL_METRIC_PREFIX}{node.name}", F.count(F.col(CONTROL_COLUMN)).alias("control_rows"))
     if node.connector.emits_dead_letters:
         lowering.raw_sources[node.name] = raw
         dead = F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters")

@@ -87,6 +87,7 @@ class TestSource(SourceConnector):
     guarantee = Guarantee.EXACTLY_ONCE
     paced = True
     test_clock = True
+    other_control_rows = True  # a watermark or clock step is a control row
 
     @property
     def bounded(self) -> bool:
