@@ -2,7 +2,10 @@ import os
 
 import pytest
 
+from headrace.connectors.postgres import redact_dsn
 from headrace.runtime.session import get_session
+
+PG_DSN = os.environ.get("HEADRACE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +21,15 @@ def service_or_skip(name: str, reachable: bool, why: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{name} is needed in CI and cannot be reached: {why}")
     pytest.skip(f"{name} not reachable: {why}")
+
+
+@pytest.fixture(scope="module")
+def pg():
+    """A connection to the test database, or a skip (a failure in CI) saying why there is none."""
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        conn = psycopg.connect(PG_DSN, autocommit=True, connect_timeout=5)
+    except psycopg.Error as exc:
+        service_or_skip("PostgreSQL", False, f"{redact_dsn(PG_DSN)}: {exc}")
+    yield conn
+    conn.close()

@@ -5,7 +5,6 @@ that lose what a sink committed. The output is compared with an answer computed 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import socket
@@ -15,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import service_or_skip
+from conftest import PG_DSN
 
 import headrace as hr
 from headrace.connectors.files_sink import FileSink, read_rows
@@ -23,7 +22,6 @@ from headrace.connectors.postgres import COMMIT_TABLE, Postgres, redact_dsn, tra
 from headrace.errors import PlanError, SinkError
 from headrace.testing import TestSource, run_to_completion
 
-PG_DSN = os.environ.get("HEADRACE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 WORDS = ("spark", "river", "mill", "race", "flow")
 BATCHES = [[{"id": b * 500 + i, "word": WORDS[(b * 500 + i) % len(WORDS)]} for i in range(500)] for b in range(6)]
 ALL_BATCH_IDS = list(range(len(BATCHES) + 1))  # and the last, empty one: the end of the input
@@ -62,16 +60,6 @@ class Steps:
 
 
 # -- PostgreSQL fixtures ----------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def pg():
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(PG_DSN, autocommit=True, connect_timeout=5)
-    except psycopg.Error as exc:
-        service_or_skip("PostgreSQL", False, f"{redact_dsn(PG_DSN)}: {exc}")
-    yield conn
-    conn.close()
 
 
 @pytest.fixture

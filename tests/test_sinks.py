@@ -9,7 +9,7 @@ import os
 import uuid
 
 import pytest
-from conftest import service_or_skip
+from conftest import PG_DSN
 
 from headrace.connectors.base import Guarantee
 from headrace.connectors.console import Console, format_batch
@@ -17,8 +17,6 @@ from headrace.connectors.files_sink import FileSink, read_rows
 from headrace.connectors.null_sink import Null
 from headrace.connectors.postgres import COMMIT_TABLE, Postgres, redact_dsn
 from headrace.errors import PlanError, SinkError
-
-PG_DSN = os.environ.get("HEADRACE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def words(spark, rows):
@@ -130,17 +128,6 @@ def test_file_sink_rejects_bad_arguments():
 
 
 # -- PostgreSQL -----------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def pg():
-    """A connection to the test database, or a skip (a failure in CI) saying why there is none."""
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(PG_DSN, autocommit=True, connect_timeout=5)
-    except psycopg.Error as exc:
-        service_or_skip("PostgreSQL", False, f"{redact_dsn(PG_DSN)}: {exc}")
-    yield conn
-    conn.close()
 
 
 @pytest.fixture
