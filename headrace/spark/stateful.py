@@ -102,6 +102,8 @@ def group_frame(rows: Iterator[pd.DataFrame], columns: pd.Index) -> pd.DataFrame
     frames = list(rows)
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     frame.columns = columns  # the pandas conversion renames columns that start with "_"
+    if SEQUENCE not in columns:  # the step only counts its records: their order cannot matter
+        return frame
     sequence = frame[SEQUENCE].to_numpy()
     if len(sequence) > 1 and bool((np.diff(sequence) < 0).any()):
         frame = frame.sort_values(SEQUENCE, kind="stable")

@@ -212,8 +212,11 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan) -> Da
         value_fields = [c for c in value_fields if c in read]
     # Ship the processor only what it reads (each column costs per record in Spark's Python
     # worker): the grouping columns, the records' fields, the control column when it carries
-    # the test clock, the event time in ms when there is one, and the sequence number.
-    needed = {*grouping_columns(keys), *value_fields, TIME, SEQUENCE}
+    # the test clock, the event time in ms when there is one, and the sequence number when
+    # the records' order can matter (records with neither fields nor event time are only counted).
+    needed = {*grouping_columns(keys), *value_fields, TIME}
+    if value_fields or event_time:
+        needed.add(SEQUENCE)
     if uses_test_clock(plan):
         needed.add(CONTROL_COLUMN)
     prepared = prepared.select(*[F.col(f"`{c}`") for c in prepared.columns if c in needed])
