@@ -101,6 +101,7 @@ class SourceConnector:
     emits_dead_letters: bool = False
     test_clock: bool = False  # processing time is the test kit's clock, moved by control rows
     other_control_rows: bool = False  # control rows besides the flush row (see the module's docstring)
+    drains_on_stop: bool = True  # hands out no new data once the stop file exists (see the module's docstring)
 
     @property
     def bounded(self) -> bool:
@@ -131,6 +132,17 @@ class SourceConnector:
 
     def prepare(self, context: SourceContext) -> None:  # noqa: B027 - optional hook
         """Called on the driver before the query starts (write fixtures, check paths)."""
+
+    def spark_packages(self) -> list[Any]:
+        """The Spark packages (``headrace.runtime.jars.Package``) this source needs."""
+        return []
+
+    def read_stream(self, spark: Any, context: SourceContext) -> Any:
+        """The source's streaming DataFrame: its data columns and the control column (and the
+        dead-letter columns, when it emits dead letters). By default, the Python data source."""
+        data_source: Any = self.data_source()
+        spark.dataSource.register(data_source)
+        return spark.readStream.format(data_source.name()).options(**self.options(), **context.options()).load()
 
 
 class SinkConnector:
@@ -163,6 +175,10 @@ class SinkConnector:
 
     def prepare(self, run_dir: str) -> None:  # noqa: B027 - optional hook
         """Called on the driver before the query starts."""
+
+    def spark_packages(self) -> list[Any]:
+        """The Spark packages (``headrace.runtime.jars.Package``) this sink needs."""
+        return []
 
 
 def run_batch(df: Any) -> None:

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import EventTimeNode, Node, PythonStep, WindowAggregateNode
 from headrace.spark.specs import check_plan, output_mode, python_chains, spec_of
+from headrace.spark.stateful import uses_test_clock
 from headrace.spark.stateless import with_watermark
 from headrace.spark.windows import window_needs_processor, window_panes
 
@@ -56,6 +57,29 @@ class Lowering:
         """Whether control rows of ``source`` must travel on: some event-time step reads it."""
         return any(spec_of(n).reads_control and source in self.plan.upstream(n.name)
                    for n in self.plan.nodes.values())
+
+    def control_needed_after(self, name: str) -> bool:
+        """Whether the control rows in ``name``'s output still have work to do: a watermark is
+        declared below it (on its output, on an edge, or by a step further on) before a window,
+        or the test kit's clock rows must reach a stateful step. Once past the watermark,
+        control rows have moved it and can go."""
+        if uses_test_clock(self.plan):
+            return True
+        todo, seen = [name], set()
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            node = self.plan.nodes[current]
+            if current != name and self.watermark_here(node):
+                return True
+            for consumer in self.plan.consumers(current):
+                if self.watermark_on_edge(current, consumer.name):
+                    return True
+                if not spec_of(consumer).reads_watermark:
+                    todo.append(consumer.name)
+        return False
 
     def input(self, node: Node, index: int = 0) -> DataFrame:
         """The DataFrame of ``node``'s input, with the watermark declared on the way in when

@@ -10,7 +10,7 @@ these steps until the operator that needs them.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
@@ -56,10 +56,7 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
     context = SourceContext(lowering.run_dir, node.name)
     os.makedirs(lowering.run_dir, exist_ok=True)
     node.connector.prepare(context)
-    data_source: Any = node.connector.data_source()
-    lowering.spark.dataSource.register(data_source)
-    raw = (lowering.spark.readStream.format(data_source.name())
-           .options(**node.connector.options(), **context.options()).load())
+    raw = node.connector.read_stream(lowering.spark, context)
     df = raw
     if node.connector.other_control_rows:  # see headrace.connectors.base: progress takes control rows off
         df = raw.observe(f"{CONTROL_METRIC_PREFIX}{node.name}", F.count(F.col(CONTROL_COLUMN)).alias("control_rows"))
@@ -154,6 +151,8 @@ def lower_join(node: JoinNode, lowering: Lowering) -> DataFrame:
     df = lowering.input(node)
     table = lowering.input(node, 1)
     on = list(node.on)
+    if CONTROL_COLUMN in df.columns and not lowering.control_needed_after(node.name):
+        df = without_control(df)  # the watermark is above: an inner join need not keep them
     if CONTROL_COLUMN not in df.columns:
         return df.join(F.broadcast(table), on=on, how=node.how)
     # Control rows must survive the join: a left join keeps them, then unmatched data rows go.
