@@ -31,6 +31,12 @@ JVM_CLASS_ARCHIVE = Setting("HEADRACE_JVM_CLASS_ARCHIVE", "1",
                             "(a driver starts about twice as fast)")
 SPARK_LOG = Setting("HEADRACE_SPARK_LOG", "",
                     "file Spark's own log goes to (default <state dir>/spark.log); stderr to print it")
+JARS_DIR = Setting("HEADRACE_JARS_DIR", "~/.cache/headrace/jars",
+                   "connector jars fetched by scripts/fetch_jars.sh; used when they hold what a pipeline needs, "
+                   "otherwise Spark fetches the packages itself (spark.jars.packages)")
+SPARK_PACKAGE_VERSION = Setting("HEADRACE_SPARK_PACKAGE_VERSION", "",
+                                "the version of Spark's connector packages (Kafka) Spark fetches; default the "
+                                "installed pyspark's, or the newest earlier one on Maven Central")
 RESTART_ATTEMPTS = Setting("HEADRACE_RESTART_ATTEMPTS", "3",
                            "restarts of a failed query allowed within the restart window (0: never restart)")
 RESTART_WINDOW = Setting("HEADRACE_RESTART_WINDOW", "10min",
@@ -38,8 +44,8 @@ RESTART_WINDOW = Setting("HEADRACE_RESTART_WINDOW", "10min",
 RESTART_BACKOFF = Setting("HEADRACE_RESTART_BACKOFF", "1s",
                           "wait before the first restart; doubled for each further restart in the window")
 
-ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL, SPARK_LOG, CACHE_DIR, JVM_CLASS_ARCHIVE, RESTART_ATTEMPTS,
-       RESTART_WINDOW, RESTART_BACKOFF)
+ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL, SPARK_LOG, CACHE_DIR, JVM_CLASS_ARCHIVE, JARS_DIR,
+       SPARK_PACKAGE_VERSION, RESTART_ATTEMPTS, RESTART_WINDOW, RESTART_BACKOFF)
 
 
 def describe() -> str:

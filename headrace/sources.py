@@ -2,7 +2,8 @@
 
 from headrace.connectors.files_source import FileSource as Files
 from headrace.connectors.generator import Generator, ysb_ads
+from headrace.connectors.kafka_source import Kafka
 from headrace.connectors.socket import Socket
 from headrace.testing import TestSource
 
-__all__ = ["Files", "Generator", "Socket", "TestSource", "ysb_ads"]
+__all__ = ["Files", "Generator", "Kafka", "Socket", "TestSource", "ysb_ads"]

@@ -128,7 +128,7 @@ class Pipeline:
         bad = [n.name for n in nodes if not isinstance(n, SourceNode) or not n.connector.emits_dead_letters]
         if bad or not nodes:
             raise PlanError(f"dead_letters ({where}): {', '.join(bad) or 'no source'} cannot produce dead letters "
-                            "(file sources reading jsonl or csv can)")
+                            "(file sources reading jsonl or csv, and Kafka sources reading json, can)")
         return Stream(self, self.plan.add(DeadLettersNode(name, tuple(n.name for n in nodes), where,
                                                           DEAD_LETTER_SCHEMA)))
 

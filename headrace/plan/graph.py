@@ -44,6 +44,11 @@ class Plan:
     def sinks(self) -> list[SinkNode]:
         return [n for n in self.nodes.values() if isinstance(n, SinkNode)]
 
+    def spark_packages(self) -> list[Any]:
+        """The Spark packages (``headrace.runtime.jars.Package``) the connectors need."""
+        nodes: list[Any] = [*self.sources(), *self.sinks()]
+        return [package for node in nodes for package in node.connector.spark_packages()]
+
     def upstream(self, name: str) -> set[str]:
         """Every node that feeds ``name``, directly or not."""
         seen: set[str] = set()

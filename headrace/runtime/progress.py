@@ -31,6 +31,36 @@ def _observed(progress: dict[str, Any], prefix: str, field: str) -> int:
     return sum(int(row[field] or 0) for name, row in observed.items() if name.startswith(prefix) and row is not None)
 
 
+def _partition_offsets(offset: Any) -> dict[tuple[str, str], int] | None:
+    """A Kafka-shaped offset ({topic: {partition: offset}}, or its JSON text) as
+    {(topic, partition): offset}; None for any other shape."""
+    if isinstance(offset, str):
+        try:
+            offset = json.loads(offset)
+        except ValueError:
+            return None
+    if not isinstance(offset, dict) or not offset:
+        return None
+    positions = {}
+    for topic, partitions in offset.items():
+        if not isinstance(partitions, dict):
+            return None
+        for partition, position in partitions.items():
+            if not isinstance(position, int) or isinstance(position, bool):
+                return None
+            positions[(topic, partition)] = position
+    return positions
+
+
+def lag(source: dict[str, Any]) -> int | None:
+    """Records a partitioned source (Kafka) had beyond what the batch read, when Spark
+    planned it: its latest offsets minus the batch's end offsets. None for other sources."""
+    latest, end = _partition_offsets(source.get("latestOffset")), _partition_offsets(source.get("endOffset"))
+    if latest is None or end is None:
+        return None
+    return sum(max(0, position - end.get(partition, 0)) for partition, position in latest.items())
+
+
 def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     """The figures headrace shows, read from one Spark progress report. Late records dropped
     are Spark's (native windows) plus those the window processors report."""
@@ -41,6 +71,7 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     control += sum(flush_rows(s.get("startOffset"), s.get("endOffset")) for s in progress.get("sources") or ())
     rows = (progress.get("numInputRows") or 0) - control
     batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+    lags = [behind for behind in map(lag, progress.get("sources") or ()) if behind is not None]
     return {
         "batch": progress.get("batchId"),
         "input_rows": rows,
@@ -50,6 +81,7 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
         "late_rows_dropped": dropped,
         "dead_letters": _observed(progress, DEAD_LETTER_METRIC_PREFIX, "dead_letters"),
         "batch_ms": batch_ms,
+        "lag": sum(lags) if lags else None,
     }
 
 
@@ -99,6 +131,7 @@ class ProgressDisplay:
             line = (f"batch {figures['batch']} | {figures['rows_per_second']:,.0f} rows/s | "
                     f"watermark {figures['watermark'] or '-'} | state rows {figures['state_rows']} | "
                     f"dead letters {totals['dead_letters']} | late dropped {totals['late_rows_dropped']}")
+            line += f" | lag {figures['lag']:,} records" if figures.get("lag") is not None else ""
             line += f" | restarts {restarts}" if restarts else ""
             self._write(line, in_place=True)
 

@@ -103,7 +103,7 @@ class PipelineRun:
         if self._stop_asked:
             return self
         verify_restart(self.plan, self.root)  # before Spark starts: refuse a checkpoint this plan cannot continue
-        self._spark = get_session(self.master, spark_log_file(self.state_dir))
+        self._spark = get_session(self.master, spark_log_file(self.state_dir), self.plan.spark_packages())
         os.makedirs(self.run_dir, exist_ok=True)
         for leftover in ("stop", "exhausted"):
             path = Path(self.run_dir) / leftover
@@ -161,6 +161,19 @@ class PipelineRun:
 
     def bounded(self) -> bool:
         return all(source.connector.bounded for source in self.plan.sources())
+
+    def drains(self) -> bool:
+        """Whether every source hands out no new data once a stop is asked (headrace's Python
+        sources do), so that a stop can wait for all they handed out (``settle``)."""
+        return all(source.connector.drains_on_stop for source in self.plan.sources())
+
+    def _end_of_batch(self) -> None:
+        """A stop with a source that keeps handing out data (Spark's Kafka source): wait until
+        the running micro-batch, if any, has committed; the query then stops between batches.
+        (A batch that starts meanwhile is interrupted and runs again at the next start.)"""
+        while self._alive() and self.query.status.get("isTriggerActive"):
+            time.sleep(0.05)
+        self._collect()
 
     def exhausted(self) -> bool:
         folder = Path(self.run_dir) / "exhausted"
@@ -279,7 +292,7 @@ class PipelineRun:
                 if deadline is not None and time.time() > deadline:
                     self.request_stop(f"ran for {max_seconds} s")
             if self.query is not None and self.stopping and not self._halted and self.query.isActive:
-                self.settle()
+                self.settle() if self.drains() else self._end_of_batch()
         finally:
             self._finish()
         if self._halted:

@@ -9,12 +9,14 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from headrace import config
 from headrace.errors import SetupError
+from headrace.runtime import jars
+from headrace.runtime.jars import Package
 
 JAVA_HELP = ("Java 17 or newer is needed to run Spark and was not found; install it "
              "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) "
@@ -221,8 +223,9 @@ def _off_the_main_thread(make: Callable[[], Any]) -> Any:
 _session: Any = None
 
 
-def get_session(master: str | None = None, log_file: str | None = None) -> Any:
-    """The process's Spark session, created on first use with headrace's defaults; Spark logs to
+def get_session(master: str | None = None, log_file: str | None = None, packages: Iterable[Package] = ()) -> Any:
+    """The process's Spark session, created on first use with headrace's defaults and the
+    connector ``packages`` a pipeline needs (``headrace/runtime/jars.py``); Spark logs to
     ``log_file`` (default: ``spark_log_file()``)."""
     global _session
     if _session is not None:
@@ -233,14 +236,20 @@ def get_session(master: str | None = None, log_file: str | None = None) -> Any:
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    settings = spark_defaults(master or default_master())
+    settings = {**spark_defaults(master or default_master()), **jars.session_settings(packages)}
     jvm_options, temporary, archive = jvm_start_options(java_banner)
     log = log_options(log_file or spark_log_file())
     settings["spark.driver.extraJavaOptions"] += " " + jvm_options + (" " + log if log else "")
     # The SparkContext (Spark's JVM) starts on a thread of its own: pyspark takes Ctrl-C over when
     # it creates a context on the main thread, and a signal that arrives while Spark starts must
     # reach headrace's handlers (``headrace/runtime/signals.py``), which may abandon the start.
-    _off_the_main_thread(lambda: SparkContext.getOrCreate(SparkConf().setAll(list(settings.items()))))
+    try:
+        _off_the_main_thread(lambda: SparkContext.getOrCreate(SparkConf().setAll(list(settings.items()))))
+    except Exception as exc:
+        failure = jars.start_failure(exc, settings)
+        if failure is None:
+            raise
+        raise failure from None
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -1,0 +1,277 @@
+"""A Kafka sink: each micro-batch in one Kafka transaction, exactly once for ``read_committed`` readers.
+
+**Exactly-once** (the default). The driver writes a batch's records with a transactional
+producer (``confluent-kafka``) whose ``transactional.id`` derives from the sink's identity
+(step, pipeline and checkpoint, ``headrace/connectors/sink_step.py``). In the same
+transaction it commits the batch id as the offset of a consumer group of the same name on
+partition 0 of the commits topic (``headrace_sink_commits``, which holds no records), so the
+records and the batch id become visible together or not at all:
+
+* a batch Spark replays after a crash whose transaction committed is skipped
+  (``committed``: the group's offset is past its id);
+* a transaction the crashed driver left open is aborted when the next driver starts its
+  producer under the same ``transactional.id`` (Kafka fences the old one), so consumers
+  reading with ``isolation.level=read_committed`` never see its records.
+
+The rows of a batch pass through the driver (``toArrow``), as the PostgreSQL sink's do.
+
+**At-least-once** (``exactly_once=False``): Spark's own Kafka writer, run by the executors;
+a replayed batch is written again. The pipeline then declares at-least-once.
+
+Values are JSON objects of the row (Spark's ``to_json``: timestamps as ISO-8601 in UTC),
+or, with ``format="raw"``, the row's ``value`` column as is; the key is the ``key`` column(s)
+(several are joined as a JSON array), or none.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from headrace.connectors.base import Guarantee, SinkConnector, run_batch
+from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.errors import PlanError, SetupError, SinkError
+from headrace.runtime import jars
+
+DEFAULT_SERVERS = "127.0.0.1:9092"
+COMMITS_TOPIC = "headrace_sink_commits"
+FORMATS = ("json", "raw")
+FLUSH_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 30.0
+
+
+def _confluent() -> Any:
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise SetupError("the Kafka sink needs the Python package confluent-kafka: pip install "
+                         "'headrace[kafka]' (or confluent-kafka)") from None
+    return confluent_kafka
+
+
+def transactional_id(identity: str) -> str:
+    """A Kafka transactional id (and consumer group) for a sink identity.
+
+    >>> transactional_id("out/orders@3274e357-0c1e")
+    'headrace-out.orders-3274e357-0c1e'
+    """
+    return "headrace-" + re.sub(r"[^A-Za-z0-9._-]", lambda m: "." if m.group() == "/" else "-", identity)
+
+
+class Kafka(SinkConnector):
+    """Write each batch to the Kafka topic ``topic``.
+
+    ``servers``: the bootstrap servers. ``key``: the column(s) whose value is the record's
+    key (none: no key). ``format``: "json" (the row as a JSON object) or "raw" (the
+    ``value`` column, string or bytes). ``exactly_once``: one transaction per batch (see the
+    module's docstring); False uses Spark's own Kafka writer, at-least-once. ``producer``:
+    more producer settings (librdkafka's names, e.g. ``{"compression.type": "lz4"}``).
+    """
+
+    native_format = None
+
+    def __init__(self, topic: str, servers: str = DEFAULT_SERVERS, *, key: str | Sequence[str] | None = None,
+                 format: str = "json", exactly_once: bool = True, producer: dict[str, Any] | None = None,
+                 name: str | None = None) -> None:
+        where = f"Kafka sink for topic {topic!r}"
+        if not isinstance(topic, str) or not topic.strip():
+            raise PlanError(f"Kafka sink: topic must be a topic name, got {topic!r}")
+        if format not in FORMATS:
+            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
+        keys = (key,) if isinstance(key, str) else tuple(key or ())
+        if not all(isinstance(k, str) and k for k in keys):
+            raise PlanError(f"{where}: key must be a column name or a list of column names, got {key!r}")
+        self.topic, self.servers, self.key, self.format = topic, servers, keys, format
+        self.exactly_once = bool(exactly_once)
+        self.producer_settings = dict(producer or {})
+        self._name = name
+        self._step: SinkStep | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._producer: Any = None
+        self._group: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_producer": None, "_group": None}
+
+    # -- identity and declarations --------------------------------------------------------------
+
+    @property
+    def guarantee(self) -> Guarantee:  # type: ignore[override]
+        return Guarantee.EXACTLY_ONCE if self.exactly_once else Guarantee.AT_LEAST_ONCE
+
+    @property
+    def name(self) -> str:
+        return self._name or self.topic
+
+    def bind(self, identity: str, defined_at: str = "") -> Kafka:
+        """A copy of this sink committing under ``identity`` (see ``headrace/spark/writer.py``)."""
+        bound = copy.copy(self)
+        bound._name, bound._step = identity, SinkStep(step_name(identity), defined_at)
+        bound._reset()
+        return bound
+
+    def _where(self) -> str:
+        return str(self._step or SinkStep(step_name(self.name)))
+
+    def spark_packages(self) -> list[jars.Package]:
+        return [] if self.exactly_once else [jars.KAFKA]
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "Kafka", "topic": self.topic, "servers": self.servers, "key": list(self.key) or None,
+                "format": self.format, "exactly_once": self.exactly_once, "guarantee": self.guarantee.value}
+
+    def __repr__(self) -> str:
+        return (f"Kafka({self.topic!r}, servers={self.servers!r}, key={list(self.key) or None!r}, "
+                f"format={self.format!r}, exactly_once={self.exactly_once!r})")
+
+    # -- the transactional producer -------------------------------------------------------------
+
+    def _settings(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.servers, **self.producer_settings}
+
+    def prepare(self, run_dir: str) -> None:
+        """Before the query starts: create the commits topic and start the producer, which
+        aborts a transaction a killed driver left open."""
+        if self.exactly_once:
+            self._ready()
+
+    def _ready(self) -> Any:
+        if self._producer is not None:
+            return self._producer
+        kafka = _confluent()
+        ident = transactional_id(self.name)
+        self._ensure_commits_topic(kafka)
+        producer = kafka.Producer({**self._settings(), "transactional.id": ident, "enable.idempotence": True,
+                                   "linger.ms": 5})
+        try:
+            producer.init_transactions(CONNECT_TIMEOUT_S)
+        except kafka.KafkaException as exc:
+            raise SinkError(f"{self._where()}: cannot start a transactional producer at {self.servers}: "
+                            f"{exc.args[0]}") from None
+        consumer = kafka.Consumer({**self._settings(), "group.id": ident, "enable.auto.commit": False,
+                                   "isolation.level": "read_committed"})
+        self._producer, self._group = producer, consumer
+        return producer
+
+    def _ensure_commits_topic(self, kafka: Any) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(self._settings())
+        try:
+            topics = admin.list_topics(timeout=CONNECT_TIMEOUT_S).topics
+        except kafka.KafkaException as exc:
+            raise SinkError(f"{self._where()}: Kafka unreachable at {self.servers}: {exc.args[0]}") from None
+        if COMMITS_TOPIC in topics:
+            return
+        brokers = len(admin.list_topics(timeout=CONNECT_TIMEOUT_S).brokers)
+        topic = NewTopic(COMMITS_TOPIC, num_partitions=1, replication_factor=min(3, brokers),
+                         config={"cleanup.policy": "compact"})
+        for future in admin.create_topics([topic]).values():
+            try:
+                future.result()
+            except kafka.KafkaException as exc:
+                if exc.args[0].code() != kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise SinkError(f"{self._where()}: cannot create the topic {COMMITS_TOPIC}: "
+                                    f"{exc.args[0]}") from None
+
+    def last_committed(self) -> int | None:
+        """The last batch id this sink committed, or None."""
+        kafka = _confluent()
+        self._ready()
+        partition = kafka.TopicPartition(COMMITS_TOPIC, 0)
+        try:
+            [found] = self._group.committed([partition], timeout=CONNECT_TIMEOUT_S)
+        except kafka.KafkaException as exc:
+            raise SinkError(f"{self._where()}: cannot read its last committed batch: {exc.args[0]}") from None
+        return found.offset - 1 if found.offset >= 0 else None
+
+    def committed(self, batch_id: int) -> bool:
+        if not self.exactly_once:
+            return False
+        last = self.last_committed()
+        return last is not None and last >= batch_id
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _records(self, df: Any) -> Any:
+        """The batch as (key, value) columns computed by Spark."""
+        from pyspark.sql import functions as F
+
+        missing = [k for k in self.key if k not in df.columns]
+        if missing:
+            raise SinkError(f"{self._where()}: the key column(s) {missing} are not among the rows' columns "
+                            f"{list(df.columns)}")
+        if self.format == "raw":
+            if "value" not in df.columns:
+                raise SinkError(f"{self._where()}: a raw Kafka sink writes the column 'value'; the rows have "
+                                f"{list(df.columns)}")
+            value = F.col("value")
+        else:
+            value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
+        if not self.key:
+            key = F.lit(None).cast("string")
+        elif len(self.key) == 1:
+            key = F.col(f"`{self.key[0]}`").cast("string")
+        else:
+            key = F.to_json(F.array(*[F.col(f"`{k}`").cast("string") for k in self.key]))
+        return df.select(key.alias("key"), value.alias("value"))
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        records = self._records(df)
+        if not self.exactly_once:
+            (records.write.format("kafka").option("kafka.bootstrap.servers", self.servers)
+             .option("topic", self.topic).save())
+            return
+        if self.committed(batch_id):  # (the dispatcher asks committed() first; this is for direct calls)
+            run_batch(df)
+            return
+        self._write_transaction(batch_id, records.toArrow())
+
+    def _write_transaction(self, batch_id: int, table: Any) -> None:
+        kafka = _confluent()
+        producer = self._ready()
+        try:
+            producer.begin_transaction()
+            keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+            for key, value in zip(keys, values, strict=True):
+                self._produce(producer, key, value)
+            offsets = [kafka.TopicPartition(COMMITS_TOPIC, 0, batch_id + 1)]
+            producer.send_offsets_to_transaction(offsets, self._group.consumer_group_metadata(), FLUSH_TIMEOUT_S)
+            producer.commit_transaction(FLUSH_TIMEOUT_S)
+        except kafka.KafkaException as exc:
+            error = exc.args[0]
+            self._abandon(producer, error)
+            raise SinkError(f"{self._where()}: the transaction of batch {batch_id} failed: {error}; "
+                            "nothing of it is visible to read_committed consumers, and the batch runs again "
+                            "when the pipeline restarts") from None
+
+    def _produce(self, producer: Any, key: Any, value: Any) -> None:
+        while True:
+            try:
+                producer.produce(self.topic, value=value, key=key)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.1)
+
+    def _abandon(self, producer: Any, error: Any) -> None:
+        """After a failed transaction: abort it when Kafka allows, and drop the producer so the
+        next attempt starts a new one (which aborts it in any case)."""
+        try:
+            if error.txn_requires_abort():
+                producer.abort_transaction(FLUSH_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - the new producer's init_transactions aborts it anyway
+            pass
+        self.close()
+
+    def close(self) -> None:
+        group = self._group
+        self._reset()
+        if group is not None:
+            try:
+                group.close()
+            except Exception:  # noqa: BLE001 - closing must not fail
+                pass
