@@ -35,8 +35,9 @@ JARS_DIR = Setting("HEADRACE_JARS_DIR", "~/.cache/headrace/jars",
                    "connector jars fetched by scripts/fetch_jars.sh; used when they hold what a pipeline needs, "
                    "otherwise Spark fetches the packages itself (spark.jars.packages)")
 SPARK_PACKAGE_VERSION = Setting("HEADRACE_SPARK_PACKAGE_VERSION", "",
-                                "the version of Spark's connector packages (Kafka) Spark fetches; default the "
-                                "installed pyspark's, or the newest earlier one on Maven Central")
+                                "the version of Spark's connector packages (Kafka), for Spark's resolver and "
+                                "scripts/fetch_jars.sh; default the installed pyspark's, or the newest earlier "
+                                "one on Maven Central")
 RESTART_ATTEMPTS = Setting("HEADRACE_RESTART_ATTEMPTS", "3",
                            "restarts of a failed query allowed within the restart window (0: never restart)")
 RESTART_WINDOW = Setting("HEADRACE_RESTART_WINDOW", "10min",

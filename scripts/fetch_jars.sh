@@ -7,7 +7,7 @@
 #
 # Usage: bash scripts/fetch_jars.sh [--dir DIR] [--no-delta] [--force]
 #   DIR     default ${HEADRACE_JARS_DIR:-$HOME/.cache/headrace/jars}; the script owns its *.jar files
-#   env     HEADRACE_SPARK_KAFKA_VERSION: default pyspark's version if Maven Central has it, else the
+#   env     HEADRACE_SPARK_PACKAGE_VERSION: default pyspark's version if Maven Central has it, else the
 #             newest earlier release of the same major version
 #           HEADRACE_DELTA_VERSION: default the newest delta-spark built for pyspark's major.minor, else
 #             none (a Delta built for another Spark minor fails with NoSuchMethodError); "none": no Delta
@@ -21,7 +21,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${HEADRACE_JARS_DIR:-$HOME/.cache/headrace/jars}
 delta_req=${HEADRACE_DELTA_VERSION:-auto}
-kafka_req=${HEADRACE_SPARK_KAFKA_VERSION:-auto}
+kafka_req=${HEADRACE_SPARK_PACKAGE_VERSION:-auto}
 python=${HEADRACE_PYTHON:-$root/.venv/bin/python}
 repo_url=${HEADRACE_MAVEN_REPO:-https://repo1.maven.org/maven2}
 m2=${HEADRACE_M2:-$HOME/.cache/headrace/m2}
@@ -85,7 +85,7 @@ if [ "$kafka_version" = auto ]; then
   else
     kafka_version=$(grep "^$major\." <<<"$all" | while read -r v; do vle "$v" "$spark_version" && echo "$v"; done | tail -1)
     [ -n "$kafka_version" ] || die "no spark-sql-kafka-0-10_$scala release for Spark $major.x up to $spark_version"
-    notes+=("org.apache.spark:spark-sql-kafka-0-10_$scala:$spark_version is not on Maven Central; using $kafka_version (set HEADRACE_SPARK_KAFKA_VERSION to choose)")
+    notes+=("org.apache.spark:spark-sql-kafka-0-10_$scala:$spark_version is not on Maven Central; using $kafka_version (set HEADRACE_SPARK_PACKAGE_VERSION to choose)")
   fi
 fi
 

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
+from headrace.connectors.retry import Backoff, RetriesExhausted, retry
 from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SetupError, SinkError
 from headrace.runtime import jars
@@ -49,6 +50,13 @@ def _confluent() -> Any:
         raise SetupError("the Kafka sink needs the Python package confluent-kafka: pip install "
                          "'headrace[kafka]' (or confluent-kafka)") from None
     return confluent_kafka
+
+
+def retriable(exc: BaseException) -> bool:
+    """A Kafka error another attempt can get past: a coordinator moving or still loading (a
+    fresh broker creates its offsets and transaction topics on first use), a timeout."""
+    kafka = _confluent()
+    return isinstance(exc, kafka.KafkaException) and bool(exc.args[0].retriable())
 
 
 def transactional_id(identity: str) -> str:
@@ -85,6 +93,7 @@ class Kafka(SinkConnector):
             raise PlanError(f"{where}: key must be a column name or a list of column names, got {key!r}")
         self.topic, self.servers, self.key, self.format = topic, servers, keys, format
         self.exactly_once = bool(exactly_once)
+        self.backoff = Backoff()
         self.producer_settings = dict(producer or {})
         self._name = name
         self._step: SinkStep | None = None
@@ -137,9 +146,25 @@ class Kafka(SinkConnector):
         """Before the query starts: create the commits topic and start the producer, which
         aborts a transaction a killed driver left open."""
         if self.exactly_once:
-            self._ready()
+            self._retrying("start a transactional producer", self._ready)
+
+    def _retrying(self, doing: str, action: Any) -> Any:
+        """``action()``, tried again with a new producer after each retriable Kafka error
+        (``Backoff()``: six attempts over about 15 s); a SinkError naming the step otherwise."""
+        kafka = _confluent()
+        try:
+            return retry(action, self.backoff, retriable, on_retry=lambda _exc: self.close())
+        except RetriesExhausted as out:
+            self.close()
+            raise SinkError(f"{self._where()}: cannot {doing} at {self.servers} after {out.attempts} attempts over "
+                            f"{out.elapsed_s:.1f} s: {out.last.args[0]}") from None
+        except kafka.KafkaException as exc:
+            self.close()
+            raise SinkError(f"{self._where()}: cannot {doing} at {self.servers}: {exc.args[0]}") from None
 
     def _ready(self) -> Any:
+        """The transactional producer (its start fences an older one and aborts what it left
+        open) and the consumer that reads the sink's commits."""
         if self._producer is not None:
             return self._producer
         kafka = _confluent()
@@ -147,11 +172,7 @@ class Kafka(SinkConnector):
         self._ensure_commits_topic(kafka)
         producer = kafka.Producer({**self._settings(), "transactional.id": ident, "enable.idempotence": True,
                                    "linger.ms": 5})
-        try:
-            producer.init_transactions(CONNECT_TIMEOUT_S)
-        except kafka.KafkaException as exc:
-            raise SinkError(f"{self._where()}: cannot start a transactional producer at {self.servers}: "
-                            f"{exc.args[0]}") from None
+        producer.init_transactions(CONNECT_TIMEOUT_S)
         consumer = kafka.Consumer({**self._settings(), "group.id": ident, "enable.auto.commit": False,
                                    "isolation.level": "read_committed"})
         self._producer, self._group = producer, consumer
@@ -178,22 +199,25 @@ class Kafka(SinkConnector):
                     raise SinkError(f"{self._where()}: cannot create the topic {COMMITS_TOPIC}: "
                                     f"{exc.args[0]}") from None
 
-    def last_committed(self) -> int | None:
-        """The last batch id this sink committed, or None."""
+    def _last_committed(self) -> int | None:
         kafka = _confluent()
         self._ready()
-        partition = kafka.TopicPartition(COMMITS_TOPIC, 0)
-        try:
-            [found] = self._group.committed([partition], timeout=CONNECT_TIMEOUT_S)
-        except kafka.KafkaException as exc:
-            raise SinkError(f"{self._where()}: cannot read its last committed batch: {exc.args[0]}") from None
+        [found] = self._group.committed([kafka.TopicPartition(COMMITS_TOPIC, 0)], timeout=CONNECT_TIMEOUT_S)
         return found.offset - 1 if found.offset >= 0 else None
+
+    def last_committed(self) -> int | None:
+        """The last batch id this sink committed, or None."""
+        return self._retrying("read its last committed batch", self._last_committed)
+
+    def _is_committed(self, batch_id: int) -> bool:
+        last = self._last_committed()
+        return last is not None and last >= batch_id
 
     def committed(self, batch_id: int) -> bool:
         if not self.exactly_once:
             return False
-        last = self.last_committed()
-        return last is not None and last >= batch_id
+        return bool(self._retrying(f"check whether batch {batch_id} is committed",
+                                   lambda: self._is_committed(batch_id)))
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -229,9 +253,14 @@ class Kafka(SinkConnector):
         if self.committed(batch_id):  # (the dispatcher asks committed() first; this is for direct calls)
             run_batch(df)
             return
-        self._write_transaction(batch_id, records.toArrow())
+        table = records.toArrow()
+        self._retrying(f"write batch {batch_id} in a transaction", lambda: self._write_once(batch_id, table))
 
-    def _write_transaction(self, batch_id: int, table: Any) -> None:
+    def _write_once(self, batch_id: int, table: Any) -> None:
+        """One attempt. A retry starts a new producer, which completes or aborts the transaction
+        the failed attempt left; if that transaction committed, the batch is not written again."""
+        if self._is_committed(batch_id):
+            return
         kafka = _confluent()
         producer = self._ready()
         try:
@@ -243,11 +272,8 @@ class Kafka(SinkConnector):
             producer.send_offsets_to_transaction(offsets, self._group.consumer_group_metadata(), FLUSH_TIMEOUT_S)
             producer.commit_transaction(FLUSH_TIMEOUT_S)
         except kafka.KafkaException as exc:
-            error = exc.args[0]
-            self._abandon(producer, error)
-            raise SinkError(f"{self._where()}: the transaction of batch {batch_id} failed: {error}; "
-                            "nothing of it is visible to read_committed consumers, and the batch runs again "
-                            "when the pipeline restarts") from None
+            self._abandon(producer, exc.args[0])
+            raise
 
     def _produce(self, producer: Any, key: Any, value: Any) -> None:
         while True:
