@@ -278,3 +278,17 @@ def test_session_settings_use_the_fetched_folder_or_spark_packages(tmp_path: Pat
     shutil.rmtree(tmp_path)
     os.makedirs(tmp_path)
     assert jars.session_settings([]) == {}
+
+
+def test_coordinator_errors_are_retried_and_others_are_not() -> None:
+    """A fresh broker answers NOT_COORDINATOR while it creates its offsets topic; librdkafka does
+    not flag that retriable where a consumer call returns it, so the sink names it itself."""
+    from headrace.connectors.kafka_sink import retriable
+
+    def error(code: int) -> Exception:
+        return kafka.KafkaException(kafka.KafkaError(code))
+
+    assert retriable(error(kafka.KafkaError.NOT_COORDINATOR))
+    assert retriable(error(kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+    assert not retriable(error(kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert not retriable(ValueError("not Kafka's"))

@@ -52,11 +52,21 @@ def _confluent() -> Any:
     return confluent_kafka
 
 
+# Errors another attempt can get past that librdkafka does not flag retriable where they come
+# back from a consumer call: a coordinator that moved, or is still loading or being created
+# (a fresh broker creates its offsets and transaction topics on first use), a timeout.
+_RETRIED_CODES = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
+                  "REQUEST_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN")
+
+
 def retriable(exc: BaseException) -> bool:
-    """A Kafka error another attempt can get past: a coordinator moving or still loading (a
-    fresh broker creates its offsets and transaction topics on first use), a timeout."""
+    """A Kafka error another attempt can get past (see ``_RETRIED_CODES``)."""
     kafka = _confluent()
-    return isinstance(exc, kafka.KafkaException) and bool(exc.args[0].retriable())
+    if not isinstance(exc, kafka.KafkaException):
+        return False
+    error = exc.args[0]
+    codes = {getattr(kafka.KafkaError, name) for name in _RETRIED_CODES if hasattr(kafka.KafkaError, name)}
+    return bool(error.retriable()) or error.code() in codes
 
 
 def transactional_id(identity: str) -> str:
