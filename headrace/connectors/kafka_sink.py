@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from headrace.connectors.base import Guarantee, SinkConnector, run_batch
+from headrace.connectors.base import Guarantee, SinkConnector
 from headrace.connectors.retry import Backoff, RetriesExhausted, retry
 from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SetupError, SinkError
@@ -260,10 +260,7 @@ class Kafka(SinkConnector):
             (records.write.format("kafka").option("kafka.bootstrap.servers", self.servers)
              .option("topic", self.topic).save())
             return
-        if self.committed(batch_id):  # (the dispatcher asks committed() first; this is for direct calls)
-            run_batch(df)
-            return
-        table = records.toArrow()
+        table = records.toArrow()  # reads the whole batch, so its stateful operators commit
         self._retrying(f"write batch {batch_id} in a transaction", lambda: self._write_once(batch_id, table))
 
     def _write_once(self, batch_id: int, table: Any) -> None:
@@ -294,14 +291,13 @@ class Kafka(SinkConnector):
                 producer.poll(0.1)
 
     def _abandon(self, producer: Any, error: Any) -> None:
-        """After a failed transaction: abort it when Kafka allows, and drop the producer so the
-        next attempt starts a new one (which aborts it in any case)."""
+        """After a failed transaction: abort it when Kafka allows (``_retrying`` then drops the
+        producer; the next one's start aborts it in any case)."""
         try:
             if error.txn_requires_abort():
                 producer.abort_transaction(FLUSH_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - the new producer's init_transactions aborts it anyway
             pass
-        self.close()
 
     def close(self) -> None:
         group = self._group
