@@ -500,8 +500,9 @@ def test_explain_shows_the_dag_the_lowering_and_the_guarantee():
     assert "foreachBatch, committed by batch id" in entry("console")[1]
     assert "Python data source" in entry("events")[1]
     assert "static DataFrame (broadcast)" in entry("users")[1]
+    assert "  real-time mode: not possible (Spark's real-time mode reads only Kafka sources)" in lines
     # Every node has its line and its lowering line.
-    assert len(lines) == 4 + 2 * len(p.plan.nodes)
+    assert len(lines) == 5 + 2 * len(p.plan.nodes)
 
 
 def test_explain_of_updating_and_python_steps():

@@ -38,6 +38,7 @@ from headrace.plan.nodes import (
 from headrace.process import KeyedProcessFunction, check_process_function
 from headrace.runtime.runner import run
 from headrace.schema import PYTHON_TYPES, Schema, is_record_class, schema_of
+from headrace.spark.real_time import MICRO_BATCH, check_trigger
 from headrace.spark.specs import check_plan, spec_of
 from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
 from headrace.windows import Count, Global, WindowShape
@@ -51,9 +52,11 @@ class Pipeline:
     """A named streaming application: sources, steps and sinks, run as one Spark query.
 
     ``guarantee="exactly-once"`` makes building fail if a connector cannot give it.
+    ``trigger="real-time"`` runs it in Spark's real-time mode (Kafka in, native steps, Kafka
+    out: see ``explain()`` and docs/runtime.md); the default is ``"micro-batch"``.
     """
 
-    def __init__(self, name: str, *, guarantee: str | None = None) -> None:
+    def __init__(self, name: str, *, guarantee: str | None = None, trigger: str = MICRO_BATCH) -> None:
         if not name or not name.replace("-", "_").isidentifier():
             raise PlanError(f"pipeline name {name!r} must be a non-empty identifier (letters, digits, _ and -)")
         wanted = None
@@ -63,7 +66,7 @@ class Pipeline:
             except ValueError:
                 options = ", ".join(g.value for g in Guarantee)
                 raise PlanError(f"pipeline {name!r}: unknown guarantee {guarantee!r}; use one of {options}") from None
-        self.plan = Plan(name, wanted)
+        self.plan = Plan(name, wanted, check_trigger(name, trigger))
         self._counters: dict[str, int] = {}
 
     @property

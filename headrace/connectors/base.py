@@ -102,6 +102,8 @@ class SourceConnector:
     test_clock: bool = False  # processing time is the test kit's clock, moved by control rows
     other_control_rows: bool = False  # control rows besides the flush row (see the module's docstring)
     drains_on_stop: bool = True  # hands out no new data once the stop file exists (see the module's docstring)
+    real_time: bool = False  # read by Spark's real-time mode (headrace/spark/real_time.py)
+    lowered_as: str = "Python data source"  # for explain
 
     @property
     def bounded(self) -> bool:
@@ -169,6 +171,10 @@ class SinkConnector:
 
     def native_options(self) -> dict[str, str]:
         return {}
+
+    def native_frame(self, df: Any) -> Any:
+        """The rows as Spark's own writer of ``native_format`` takes them."""
+        return df
 
     def describe(self) -> dict[str, Any]:
         return {"type": type(self).__name__}

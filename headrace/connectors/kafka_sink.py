@@ -15,8 +15,10 @@ records and the batch id become visible together or not at all:
 
 The rows of a batch pass through the driver (``toArrow``), as the PostgreSQL sink's do.
 
-**At-least-once** (``exactly_once=False``): Spark's own Kafka writer, run by the executors;
-a replayed batch is written again. The pipeline then declares at-least-once.
+**At-least-once** (``exactly_once=False``): Spark's own Kafka writer, run by the executors
+(its streaming writer when this is the pipeline's only sink, which is also what Spark's
+real-time mode writes with); a replayed batch is written again. The pipeline then declares
+at-least-once.
 
 Values are JSON objects of the row (Spark's ``to_json``: timestamps as ISO-8601 in UTC),
 or, with ``format="raw"``, the row's ``value`` column as is; the key is the ``key`` column(s)
@@ -88,8 +90,6 @@ class Kafka(SinkConnector):
     more producer settings (librdkafka's names, e.g. ``{"compression.type": "lz4"}``).
     """
 
-    native_format = None
-
     def __init__(self, topic: str, servers: str = DEFAULT_SERVERS, *, key: str | Sequence[str] | None = None,
                  format: str = "json", exactly_once: bool = True, producer: dict[str, Any] | None = None,
                  name: str | None = None) -> None:
@@ -103,6 +103,7 @@ class Kafka(SinkConnector):
             raise PlanError(f"{where}: key must be a column name or a list of column names, got {key!r}")
         self.topic, self.servers, self.key, self.format = topic, servers, keys, format
         self.exactly_once = bool(exactly_once)
+        self.native_format: str | None = None if self.exactly_once else "kafka"  # Spark's writer
         self.backoff = Backoff()
         self.producer_settings = dict(producer or {})
         self._name = name
@@ -138,6 +139,14 @@ class Kafka(SinkConnector):
 
     def spark_packages(self) -> list[jars.Package]:
         return [] if self.exactly_once else [jars.KAFKA]
+
+    def native_options(self) -> dict[str, str]:
+        """Spark's Kafka writer: the topic, and the producer settings as ``kafka.*`` options."""
+        settings = {f"kafka.{k}": str(v) for k, v in self.producer_settings.items()}
+        return {**settings, "kafka.bootstrap.servers": self.servers, "topic": self.topic}
+
+    def native_frame(self, df: Any) -> Any:
+        return self._records(df)
 
     def describe(self) -> dict[str, Any]:
         return {"type": "Kafka", "topic": self.topic, "servers": self.servers, "key": list(self.key) or None,
@@ -257,8 +266,7 @@ class Kafka(SinkConnector):
     def write_batch(self, df: Any, batch_id: int) -> None:
         records = self._records(df)
         if not self.exactly_once:
-            (records.write.format("kafka").option("kafka.bootstrap.servers", self.servers)
-             .option("topic", self.topic).save())
+            records.write.format("kafka").options(**self.native_options()).save()
             return
         table = records.toArrow()  # reads the whole batch, so its stateful operators commit
         self._retrying(f"write batch {batch_id} in a transaction", lambda: self._write_once(batch_id, table))

@@ -95,6 +95,8 @@ class Kafka(SourceConnector):
 
     guarantee = Guarantee.EXACTLY_ONCE
     drains_on_stop = False  # Spark's source plans every batch up to the latest offsets
+    real_time = True
+    lowered_as = "Spark's own Kafka source (spark-sql-kafka-0-10)"
 
     def __init__(self, topics: str | Sequence[str] | None = None, *, schema: Any = None, format: str = "json",
                  servers: str = DEFAULT_SERVERS, pattern: str | None = None, metadata: Sequence[str] = (),

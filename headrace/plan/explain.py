@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from headrace.plan.graph import Plan
+from headrace.spark.real_time import REAL_TIME, REAL_TIME_BATCH, obstacles
 from headrace.spark.specs import lowering_of, output_mode, trigger_interval
 
 
@@ -14,6 +15,7 @@ def explain_text(plan: Plan) -> str:
              f"  one Spark streaming query, output mode {output_mode(plan)}"
              + (f", a micro-batch every {interval} at least (Spark's processing-time mode)"
                 if (interval := trigger_interval(plan, None)) else ""),
+             _real_time_line(plan),
              ""]
     width = max(len(n) for n in plan.nodes) if plan.nodes else 0
     for node in plan.nodes.values():
@@ -21,3 +23,15 @@ def explain_text(plan: Plan) -> str:
         lines.append(f"  {node.name.ljust(width)}  {node.summary()}{arrow}")
         lines.append(f"  {' ' * width}    lowered as: {lowering[node.name]}   [{node.defined_at}]")
     return "\n".join(lines)
+
+
+def _real_time_line(plan: Plan) -> str:
+    if plan.trigger == REAL_TIME:
+        return (f"  trigger: real-time (Spark's real-time mode: records flow through long-running batches "
+                f"checkpointed every {REAL_TIME_BATCH})")
+    if not any(source.connector.real_time for source in plan.sources()):
+        return "  real-time mode: not possible (Spark's real-time mode reads only Kafka sources)"
+    found = obstacles(plan)
+    if not found:
+        return "  real-time mode: possible (Pipeline(..., trigger='real-time'))"
+    return "  real-time mode: not possible:\n" + "\n".join(f"    - {reason}" for reason in found)

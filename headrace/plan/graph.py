@@ -18,9 +18,10 @@ from headrace.plan.nodes import (
 class Plan:
     """Nodes in the order they were added (inputs always come first)."""
 
-    def __init__(self, name: str, guarantee: Guarantee | None = None) -> None:
+    def __init__(self, name: str, guarantee: Guarantee | None = None, trigger: str = "micro-batch") -> None:
         self.name = name
         self.requested_guarantee = guarantee
+        self.trigger = trigger  # "micro-batch" or "real-time" (headrace/spark/real_time.py)
         self.nodes: dict[str, Node] = {}
 
     def add(self, node: Node) -> Node:
@@ -92,7 +93,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         guarantee, parts = self.guarantee()
         return {"pipeline": self.name, "guarantee": guarantee.value, "guarantee_by_connector": parts,
-                "nodes": [n.to_json() for n in self.nodes.values()]}
+                "trigger": self.trigger, "nodes": [n.to_json() for n in self.nodes.values()]}
 
     def to_json_text(self) -> str:
         return json.dumps(self.to_json(), indent=2, default=str)

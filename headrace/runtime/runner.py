@@ -169,9 +169,14 @@ class PipelineRun:
 
     def _end_of_batch(self) -> None:
         """A stop with a source that keeps handing out data (Spark's Kafka source): wait until
-        the running micro-batch, if any, has committed; the query then stops between batches.
-        (A batch that starts meanwhile is interrupted and runs again at the next start.)"""
+        the micro-batch running now, if any, has committed; the query then stops. Batches may
+        follow each other with no pause (real-time mode's always do), so the wait ends when one
+        more batch has reported progress, and a batch that started meanwhile is interrupted (it
+        runs again at the next start)."""
+        reported = _batch_id(self.query.lastProgress)
         while self._alive() and self.query.status.get("isTriggerActive"):
+            if _batch_id(self.query.lastProgress) != reported:
+                break
             time.sleep(0.05)
         self._collect()
 
@@ -321,6 +326,10 @@ class PipelineRun:
     def _stop_quietly(self) -> None:
         if self.query is not None and self.query.isActive:
             self.query.stop()
+
+
+def _batch_id(progress: dict[str, Any] | None) -> int | None:
+    return None if progress is None else int(progress["batchId"])
 
 
 def _started_at(progress: dict[str, Any]) -> float:

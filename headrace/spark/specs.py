@@ -17,6 +17,7 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import KeyByNode, Node, PythonStep
 from headrace.spark import stateless
 from headrace.spark.process import lower_process, spark_ttl
+from headrace.spark.real_time import REAL_TIME, check_real_time
 from headrace.spark.rolling import lower_rolling
 from headrace.spark.windows import lower_late_records, lower_window, window_lowered_as
 
@@ -110,7 +111,7 @@ def _rolling_lowered_as(plan: Plan, node: Any) -> str:
 
 
 SPECS: dict[str, NodeSpec] = {
-    "source": NodeSpec(stateless.lower_source, "Python data source"),
+    "source": NodeSpec(stateless.lower_source, lambda plan, node: node.connector.lowered_as),
     "table": NodeSpec(stateless.lower_table, "static DataFrame (broadcast)"),
     "native": NodeSpec(stateless.lower_native, "native Spark expressions", per_batch=True),
     "python": NodeSpec(stateless.lower_python, _python_lowered_as, per_batch=True),
@@ -160,7 +161,10 @@ def trigger_interval(plan: Plan, asked: str | None) -> str | None:
 
 
 def output_mode(plan: Plan) -> str:
-    """Spark's output mode for the pipeline's query: ``update`` when a step emits updates."""
+    """Spark's output mode for the pipeline's query: ``update`` when a step emits updates, and
+    in real-time mode (the only mode Spark runs it in)."""
+    if plan.trigger == REAL_TIME:
+        return "update"
     modes = {spec_of(n).output_mode(n) for n in plan.nodes.values()}
     return "update" if "update" in modes else "append"
 
@@ -169,6 +173,7 @@ def check_plan(plan: Plan) -> None:
     """The plan's own checks, then those of running it as one Spark query: one output mode,
     and an operator that runs alone shares the query with no other stateful step."""
     plan.validate()
+    check_real_time(plan)
     stateful = [n for n in plan.nodes.values() if spec_of(n).stateful]
     appending = [n for n in stateful if spec_of(n).output_mode(n) == "append"]
     updating = [n for n in stateful if spec_of(n).output_mode(n) == "update"]

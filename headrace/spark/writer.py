@@ -22,7 +22,9 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
 from headrace.runtime.checkpoints import query_id
 from headrace.runtime.failures import python_worker_crashed
+from headrace.spark import real_time
 from headrace.spark.compiler import Compiled, Lowering
+from headrace.spark.real_time import REAL_TIME
 from headrace.spark.specs import native_sink_format, spec_of, trigger_interval
 
 SINK_TAG = "_hr_sink"
@@ -44,12 +46,18 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir)
     else:
         stream, dispatch = _tagged(sinks, frames)
+    native = native_sink_format(plan, sinks[0])
+    if native:
+        stream = sinks[0].connector.native_frame(stream)
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
               .outputMode(compiled.output_mode))
-    interval = trigger_interval(plan, asked_interval)
-    if interval:
+    if plan.trigger == REAL_TIME:
+        if real_time.stateful(plan):
+            for key, value in real_time.STATE_SETTINGS.items():
+                stream.sparkSession.conf.set(key, value)
+        writer = writer.trigger(realTime=asked_interval or real_time.REAL_TIME_BATCH)  # type: ignore[call-overload]
+    elif interval := trigger_interval(plan, asked_interval):
         writer = writer.trigger(processingTime=interval)
-    native = native_sink_format(plan, sinks[0])
     if native:
         writer = writer.format(native).options(**sinks[0].connector.native_options())
     else:
