@@ -40,6 +40,37 @@ def default_master() -> str:
     return config.MASTER.get()
 
 
+def submitted_settings() -> dict[str, str]:
+    """The Spark settings ``spark-submit`` gave this process, when ``spark-submit`` started it
+    (``spark-submit app.py``: the JVM runs first and hands Python its port in
+    ``PYSPARK_GATEWAY_PORT``); empty otherwise. Its ``--master``, ``--conf``, ``--jars`` /
+    ``--packages`` and spark-defaults.conf are in there."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts none
+    return {key: value for key, value in SparkConf().getAll()}
+
+
+def session_settings(master: str | None, packages: Iterable[Package]) -> dict[str, str]:
+    """The settings of a new session. The master: ``master`` when given, else ``HEADRACE_MASTER``,
+    else the one ``spark-submit`` was given, else ``local[*,4]``. Settings given to
+    ``spark-submit`` win over headrace's defaults, except the jars, which are joined (a
+    connector's jars and the user's ``--jars``) and the executors' Java options, which too are
+    joined."""
+    submitted = submitted_settings()
+    chosen = master or os.environ.get(config.MASTER.env) or submitted.get("spark.master") or default_master()
+    settings = {**spark_defaults(chosen), **jars.session_settings(packages)}
+    for key, value in submitted.items():
+        if key == "spark.master":
+            continue
+        if key in ("spark.jars", "spark.executor.extraJavaOptions") and settings.get(key):
+            value = f"{value}{',' if key == 'spark.jars' else ' '}{settings[key]}"
+        settings[key] = value
+    return settings
+
+
 def spark_defaults(master: str) -> dict[str, str]:
     """The settings headrace applies to every session it creates."""
     cores = os.cpu_count() or 2
@@ -236,7 +267,7 @@ def get_session(master: str | None = None, log_file: str | None = None, packages
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    settings = {**spark_defaults(master or default_master()), **jars.session_settings(packages)}
+    settings = session_settings(master, packages)
     jvm_options, temporary, archive = jvm_start_options(java_banner)
     log = log_options(log_file or spark_log_file())
     settings["spark.driver.extraJavaOptions"] += " " + jvm_options + (" " + log if log else "")
