@@ -3,20 +3,40 @@ checkpoint each time, and verify that the sink holds exactly the right windows.
 
     .venv/bin/python benchmarks/chaos.py --sink postgres --kills 3
     .venv/bin/python benchmarks/chaos.py --sink files --kills 20 --seed 7
+    .venv/bin/python benchmarks/chaos.py --source kafka --sink postgres --kills 3
+    .venv/bin/python benchmarks/chaos.py --source kafka --sink kafka --kills 20
+
+(Kafka runs need a broker, ``bash scripts/kafka.sh start``, Spark's Kafka connector,
+``bash scripts/fetch_jars.sh``, and ``confluent-kafka``; ``--servers`` names another broker.)
 
 The pipeline (a driver process of its own, started in a new session, so a kill takes the
 whole process group: Python, Spark's JVM and every Python worker)::
 
     Generator("clicks", bounded, a fixed number of rows per micro-batch)
+      or Kafka(a new topic of 2 partitions, JSON, max_records_per_batch = rows per batch)
       -> key_by(user_id) -> 10 ms tumbling event-time windows with allowed lateness
          (Spark's transformWithStateInPandas, RocksDB state) -> count
-      -> PostgreSQL (foreachBatch, a transaction per batch) or Files (Spark's file sink)
+      -> PostgreSQL (foreachBatch, a transaction per batch), Files (Spark's file sink)
+         or Kafka (a new topic, a Kafka transaction per batch, exactly-once)
+
+With ``--source kafka`` this command first produces the generator's events (the same
+``user_id`` and ``event_time``, alternately to the two partitions) into a topic named after
+the run, then one final record 60 s of event time later, whose watermark closes every
+window (its own window never closes, so it is not among the expected windows). A Kafka
+source never ends by itself: after the last kill the command waits until Spark has
+committed a batch planned with that watermark (``<checkpoint>/offsets/`` and ``commits/``)
+and then stops the driver with SIGTERM, which headrace turns into a stop between batches.
 
 Each kill lands at a random moment after the restarted driver committed its first new
 batch; about a third of them wait for the moment the sink has committed a batch that
 Spark's commit log has not recorded yet (the batch is then replayed, and the sink must skip
-it). After the last kill the driver runs to the end of its input. The sink's rows are then
-compared with the windows computed here from the generator's events, without headrace.
+it): PostgreSQL's ``headrace_sink_commits``, the file sink's ``_spark_metadata``, or the
+Kafka sink's consumer-group offset on ``headrace_sink_commits`` (batch id + 1, committed
+in the batch's transaction; read with a plain consumer, never the sink's own transactional
+producer, which would fence the running driver's). After the last kill the driver runs to
+the end of its input. The sink's rows (a Kafka topic read ``read_committed``) are then
+compared, as a multiset, with the windows computed here from the generator's events,
+without headrace.
 
 Recovery is the time from starting a driver again to the first batch it commits (a new file
 in ``<checkpoint>/commits/``). Besides one line per kill and a breakdown of where a restart's
@@ -30,6 +50,8 @@ and exits non-zero unless every restart recovered and the output verified.
 from __future__ import annotations
 
 import argparse
+import datetime
+import functools
 import json
 import os
 import random
@@ -56,6 +78,10 @@ WINDOW_MS = 10
 LATENESS_MS = 5
 OUT_OF_ORDER_MS = 2
 SINK_STEP = "out"
+KAFKA_SERVERS = "127.0.0.1:9092"
+FINAL_RECORD_AHEAD_MS = 60_000  # the final Kafka record's event time, after the last event
+FINAL_USER = "~final"  # its user: its window never closes, so it is never written
+STOP_TIMEOUT_S = 300.0  # how long a driver may take to stop after SIGTERM
 RECOVERY_TIMEOUT_S = 600.0
 POLL_S = 0.02
 
@@ -68,6 +94,8 @@ class Setup:
     events: int
     rows_per_batch: int
     seed: int
+    source: str = "generator"
+    servers: str = KAFKA_SERVERS
 
     @property
     def state_dir(self) -> str:
@@ -85,9 +113,19 @@ class Setup:
     def table(self) -> str:
         return self.name
 
+    @property
+    def source_topic(self) -> str:
+        """The topic every driver of this run reads (``--source kafka``): named after the run."""
+        return f"{self.name}_in"
+
+    @property
+    def sink_topic(self) -> str:
+        return f"{self.name}_out"
+
     def driver_args(self) -> list[str]:
-        return ["--sink", self.sink, "--work", self.work, "--name", self.name, "--events", str(self.events),
-                "--rows-per-batch", str(self.rows_per_batch), "--seed", str(self.seed)]
+        return ["--source", self.source, "--sink", self.sink, "--servers", self.servers, "--work", self.work,
+                "--name", self.name, "--events", str(self.events), "--rows-per-batch", str(self.rows_per_batch),
+                "--seed", str(self.seed)]
 
 
 # -- the pipeline, run by the driver process ---------------------------------------------------
@@ -96,21 +134,28 @@ def build_pipeline(setup: Setup) -> Any:
     import headrace as hr
 
     p = hr.Pipeline(setup.name)
-    clicks = p.source("clicks", hr.sources.Generator("clicks", limit=setup.events, rows_per_batch=setup.rows_per_batch,
-                                                     seed=setup.seed),
-                      event_time="event_time", max_out_of_orderness=f"{OUT_OF_ORDER_MS}ms")
+    if setup.source == "kafka":
+        source: Any = hr.sources.Kafka(setup.source_topic, schema="user_id string, event_time timestamp",
+                                       servers=setup.servers, max_records_per_batch=setup.rows_per_batch)
+    else:
+        source = hr.sources.Generator("clicks", limit=setup.events, rows_per_batch=setup.rows_per_batch,
+                                      seed=setup.seed)
+    clicks = p.source("clicks", source, event_time="event_time", max_out_of_orderness=f"{OUT_OF_ORDER_MS}ms")
     counts = (clicks.key_by("user_id")
               .window(hr.Tumbling(f"{WINDOW_MS}ms"), allowed_lateness=f"{LATENESS_MS}ms").count()
               .select("user_id", "window_start", "count"))
     if setup.sink == "postgres":
         counts.sink(SINK_STEP, hr.sinks.Postgres(setup.table, dsn=DSN))  # no key: a batch written twice shows
+    elif setup.sink == "kafka":  # exactly-once: a transaction per batch
+        counts.sink(SINK_STEP, hr.sinks.Kafka(setup.sink_topic, setup.servers, key="user_id"))
     else:
         counts.sink(SINK_STEP, hr.sinks.Files(setup.files, format="jsonl"))
     return p
 
 
 def drive(setup: Setup, phases_file: str) -> int:
-    """Run the pipeline to the end of its input, noting when each start-up phase ends."""
+    """Run the pipeline to the end of its input (or, a Kafka source, until SIGTERM or SIGINT
+    stops it between batches), noting when each start-up phase ends."""
     def note(phase: str, **extra: Any) -> None:
         with open(phases_file, "a") as out:
             out.write(json.dumps({"phase": phase, "t": time.time(), **extra}) + "\n")
@@ -118,14 +163,24 @@ def drive(setup: Setup, phases_file: str) -> int:
     note("python")
     from headrace.runtime.runner import PipelineRun
     from headrace.runtime.session import get_session
+    from headrace.runtime.signals import stop_on_signals
 
-    pipeline = build_pipeline(setup)
-    note("imports")
-    get_session()
-    note("session")
-    run = PipelineRun(pipeline, state_dir=setup.state_dir, progress="quiet").start()
-    note("query")
+    with stop_on_signals() as signals:
+        pipeline = build_pipeline(setup)
+        note("imports")
+        get_session(packages=pipeline.plan.spark_packages())
+        note("session")
+        run = PipelineRun(pipeline, state_dir=setup.state_dir, progress="quiet")
+        signals.attach(run)
+        run.start()
+        note("query")
+        _note_first_batch(run, note)
+        run.wait()
+    return 0
 
+
+def _note_first_batch(run: Any, note: Callable[..., None]) -> None:
+    """Note, from a thread of its own, when Spark reports the run's first batch."""
     def first_batch() -> None:
         while run.query.isActive:
             progress = run.query.recentProgress
@@ -133,9 +188,8 @@ def drive(setup: Setup, phases_file: str) -> int:
                 note("first_batch", batch=progress[0]["batchId"], durations=progress[0]["durationMs"])
                 return
             time.sleep(POLL_S)
-    threading.Thread(target=first_batch, daemon=True).start()
-    run.wait()
-    return 0
+    if run.query is not None:
+        threading.Thread(target=first_batch, daemon=True).start()
 
 
 # -- watching the checkpoint and the sink ------------------------------------------------------
@@ -149,14 +203,34 @@ def last_commit(setup: Setup) -> int:
     return max((int(n) for n in names if n.isdigit()), default=-1)
 
 
+def checkpoint_id(setup: Setup) -> str | None:
+    """Spark's query id in ``<checkpoint>/metadata`` (headrace writes it before the first batch;
+    read here, never created), or None."""
+    try:
+        with open(setup.checkpoint / "metadata") as handle:
+            return str(json.loads(handle.readline())["id"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def sink_identity(setup: Setup) -> str | None:
+    """The identity the sink commits batch ids under (``headrace/spark/writer.py``'s ``_bound``)."""
+    found = checkpoint_id(setup)
+    return None if found is None else f"{SINK_STEP}/{setup.name}@{found}"
+
+
 class SinkCommits:
     """The last batch id the sink committed."""
 
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
         self.conn: Any = None
+        self.consumer: Any = None
+        self.seen = -1
 
     def last(self) -> int:
+        if self.setup.sink == "kafka":
+            return self._kafka_last()
         if self.setup.sink == "files":  # Spark's file sink: one manifest file per committed batch
             try:
                 names = os.listdir(os.path.join(self.setup.files, "_spark_metadata"))
@@ -175,9 +249,171 @@ class SinkCommits:
             return -1
         return -1 if row is None or row[0] is None else int(row[0])
 
+    def _kafka_last(self) -> int:
+        """The Kafka sink's consumer-group offset on the commits topic, minus one, read by a
+        consumer of the sink's group that never joins it. Kafka returns only offsets whose
+        transaction committed; ``read_uncommitted`` keeps librdkafka from asking for stable
+        offsets, which makes the call wait (0.5 s and more) while a batch's transaction holds
+        pending ones: just the moment a kill between the two commits has to see. Not
+        ``Kafka.last_committed()``: that starts the sink's transactional producer, whose
+        ``init_transactions`` would fence the running driver's."""
+        import confluent_kafka as kafka
+
+        from headrace.connectors.kafka_sink import COMMITS_TOPIC, transactional_id
+
+        if self.consumer is None:
+            identity = sink_identity(self.setup)
+            if identity is None:
+                return -1
+            self.consumer = kafka.Consumer({"bootstrap.servers": self.setup.servers,
+                                            "group.id": transactional_id(identity), "enable.auto.commit": False,
+                                            "isolation.level": "read_uncommitted"})
+        try:
+            [found] = self.consumer.committed([kafka.TopicPartition(COMMITS_TOPIC, 0)], timeout=30)
+        except kafka.KafkaException:  # a coordinator moving or loading: the last answer stands
+            return self.seen
+        if found.error is None and found.offset >= 0:
+            self.seen = max(self.seen, found.offset - 1)
+        return self.seen
+
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
+        if self.consumer is not None:
+            self.consumer.close()
+
+
+# -- the Kafka source's input ------------------------------------------------------------------
+
+def _kafka() -> Any:
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise ChaosFailed("Kafka runs need the Python package confluent-kafka (pip install confluent-kafka)") from None
+    return confluent_kafka
+
+
+def create_topics(setup: Setup, topics: list[str]) -> None:
+    """New topics of 2 partitions (their names are unique to the run)."""
+    kafka = _kafka()
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": setup.servers, "log_level": 4})  # no info lines
+    try:
+        for future in admin.create_topics([NewTopic(t, num_partitions=2, replication_factor=1)
+                                           for t in topics]).values():
+            future.result(60)
+    except kafka.KafkaException as exc:
+        raise ChaosFailed(f"cannot create the topics {topics} at {setup.servers}: {exc.args[0]}") from None
+
+
+def _iso(micros: int) -> str:
+    """An event time as JSON carries it: ISO-8601 in UTC, to the microsecond."""
+    moment = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class KafkaInput:
+    """What this command produced into the source topic: each partition's end offset and the
+    final record's event time, whose watermark closes every window before it."""
+
+    ends: dict[int, int]
+    final_ms: int
+
+    def consumed(self, setup: Setup) -> bool:
+        """Whether Spark has committed a batch planned with the final record's watermark after
+        reading every record: every window then closed and went to the sink. (Read from the
+        checkpoint: ``offsets/<batch>`` holds the batch's watermark and end offsets.)"""
+        batch = last_commit(setup)
+        if batch < 0:
+            return False
+        try:
+            lines = (setup.checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        except OSError:
+            return False
+        watermark, offsets = -1, None
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and "batchWatermarkMs" in entry:
+                watermark = int(entry["batchWatermarkMs"])
+            elif isinstance(entry, dict) and setup.source_topic in entry:
+                offsets = entry[setup.source_topic]
+        return (watermark >= self.final_ms - FINAL_RECORD_AHEAD_MS // 2 and offsets is not None
+                and all(int(offsets.get(str(p), -1)) >= end for p, end in self.ends.items()))
+
+
+def produce_input(setup: Setup) -> KafkaInput:
+    """Produce the generator's events into a new topic, alternately to its 2 partitions (so
+    Spark's ``maxOffsetsPerTrigger``, shared out by what each partition holds, reads both
+    equally far in event time), then the final record, in the turn of the partition it falls to."""
+    kafka = _kafka()
+    from headrace.connectors.generator import generate
+
+    create_topics(setup, [setup.source_topic])
+    events = generate("clicks", 0, setup.events, seed=setup.seed)
+    users = events.column("user_id").to_pylist()
+    micros = events.column("event_time").cast("int64").to_pylist()
+    final_ms = micros[-1] // 1000 + FINAL_RECORD_AHEAD_MS
+    failures: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    producer = kafka.Producer({"bootstrap.servers": setup.servers, "enable.idempotence": True, "linger.ms": 20})
+    records = [*zip(users, micros), (FINAL_USER, final_ms * 1000)]
+    for number, (user, at) in enumerate(records):
+        value = json.dumps({"user_id": user, "event_time": _iso(at)})
+        while True:
+            try:
+                producer.produce(setup.source_topic, key=user, value=value, partition=number % 2,
+                                 on_delivery=delivered)
+                break
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.1)
+    left = producer.flush(120)
+    if left or failures:
+        raise ChaosFailed(f"producing into {setup.source_topic}: {left} records undelivered, "
+                          f"{len(failures)} failed ({failures[:1]})")
+    ends = {p: (len(records) + 1 - p) // 2 for p in (0, 1)}
+    consumer = kafka.Consumer({"bootstrap.servers": setup.servers, "group.id": f"{setup.name}-check"})
+    found = {p: consumer.get_watermark_offsets(kafka.TopicPartition(setup.source_topic, p), timeout=30)[1]
+             for p in ends}
+    consumer.close()
+    if found != ends:
+        raise ChaosFailed(f"the topic {setup.source_topic} ends at {found}, not {ends}")
+    return KafkaInput(ends, final_ms)
+
+
+def read_topic(setup: Setup, topic: str, timeout: float = 300.0) -> list[dict[str, Any]]:
+    """Every record of ``topic`` as Kafka's ``read_committed`` readers see it (JSON values): the
+    partitions are assigned (no group to join) and read to their end offsets."""
+    kafka = _kafka()
+    consumer = kafka.Consumer({"bootstrap.servers": setup.servers, "group.id": f"{topic}-verify",
+                               "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        assigned = [kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in partitions]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in assigned}
+        consumer.assign(assigned)
+        values: list[dict[str, Any]] = []
+        deadline = time.time() + timeout
+        while True:
+            positions = {tp.partition: tp.offset for tp in consumer.position(assigned)}
+            if all(end == 0 or positions[p] >= end for p, end in ends.items()):
+                return values
+            if time.time() > deadline:
+                raise ChaosFailed(f"could not read {topic} to its end offsets {ends} in {timeout:.0f} s "
+                                  f"(at {positions}; a transaction left open?)")
+            message = consumer.poll(0.2)
+            if message is not None and not message.error():
+                values.append(json.loads(message.value()))
+    finally:
+        consumer.close()
 
 
 # -- the chaos loop ----------------------------------------------------------------------------
@@ -309,14 +545,25 @@ def recover(setup: Setup, number: int, before: int, say: Callable[[str], None]) 
     return driver, time.time() - started, cpu_seconds(driver.proc.pid)
 
 
-def kill_somewhere(driver: Driver, rng: random.Random, sink: SinkCommits, between: bool) -> str:
+def never() -> bool:
+    return False
+
+
+def kill_somewhere(driver: Driver, rng: random.Random, sink: SinkCommits, between: bool,
+                   drained: Callable[[], bool] = never) -> str:
     """Kill the driver at a random moment, or, if ``between``, right after the sink committed a
-    batch that Spark's commit log does not have yet. Returns how the kill landed."""
+    batch that Spark's commit log does not have yet. Returns how the kill landed. ``drained``:
+    whether an unbounded source's driver has nothing left to commit (it then idles)."""
     setup = driver.setup
     if between:
         baseline = sink.last()
         deadline = time.time() + RECOVERY_TIMEOUT_S
+        next_check = time.time()
         while driver.alive() and time.time() < deadline:
+            if time.time() >= next_check:
+                if drained():
+                    return "not killed: the driver had consumed all its input"
+                next_check = time.time() + 0.5
             committed = sink.last()
             if committed > baseline and committed > last_commit(setup):
                 driver.kill()
@@ -327,13 +574,43 @@ def kill_somewhere(driver: Driver, rng: random.Random, sink: SinkCommits, betwee
     else:
         for _ in range(rng.randrange(3)):  # let 0 to 2 more batches commit
             done = last_commit(setup)
-            wait_for(lambda done=done: last_commit(setup) > done, driver, "the next commit")
+            wait_for(lambda done=done: last_commit(setup) > done or drained(), driver, "the next commit")
         time.sleep(rng.uniform(0.0, 0.6))
+        if drained():
+            return "not killed: the driver had consumed all its input"
         if driver.alive():
             committed = last_commit(setup)
             driver.kill()
             return f"at a random moment after batch {committed}"
     return "not killed: the driver had finished"
+
+
+def stop_when_drained(driver: Driver, drained: Callable[[], bool], say: Callable[[str], None]) -> Driver:
+    """A Kafka source never ends: wait until Spark has committed the batch that closes every
+    window, then SIGTERM the driver's Python process (headrace stops the query between batches)
+    and wait for it to exit. Returns the driver that was stopped."""
+    setup = driver.setup
+    for attempt in range(4):
+        try:
+            wait_for(drained, driver, "a committed batch after the final record", timeout=1800)
+            break
+        except ChaosFailed:
+            if (driver.alive() or attempt == 3
+                    or SPARK_START_TIMEOUT not in driver.log.read_text(errors="replace")):
+                raise
+            say(f"the last driver: {SPARK_START_TIMEOUT} within Spark's 10 s; starting it again")
+            driver = Driver(setup, f"end-again{attempt + 1}")
+    stopping = time.time()
+    os.kill(driver.proc.pid, signal.SIGTERM)
+    try:
+        driver.proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        raise ChaosFailed(f"driver {driver.number} did not stop within {STOP_TIMEOUT_S:.0f} s of SIGTERM "
+                          f"(log {driver.log})") from None
+    say(f"every record read and every window closed by batch {last_commit(setup)}; the driver stopped "
+        f"{time.time() - stopping:.1f} s after SIGTERM")
+    return driver
 
 
 def phase_breakdown(work: str, restarts: int) -> list[str]:
@@ -388,15 +665,19 @@ def expected_windows(setup: Setup) -> Counter:
     return Counter((user, start, n) for (user, start), n in counts.items())
 
 
+def _epoch_ms(value: str) -> int:
+    return int(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+
+
 def written_windows(setup: Setup) -> Counter:
     if setup.sink == "files":
-        import datetime
-
         from headrace.connectors.files_sink import read_rows
 
-        def ms(value: str) -> int:
-            return int(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-        return Counter((r["user_id"], ms(r["window_start"]), r["count"]) for r in read_rows(setup.files, "jsonl"))
+        return Counter((r["user_id"], _epoch_ms(r["window_start"]), r["count"])
+                       for r in read_rows(setup.files, "jsonl"))
+    if setup.sink == "kafka":
+        return Counter((r["user_id"], _epoch_ms(r["window_start"]), r["count"])
+                       for r in read_topic(setup, setup.sink_topic))
     import psycopg
 
     with psycopg.connect(DSN) as conn:
@@ -405,7 +686,11 @@ def written_windows(setup: Setup) -> Counter:
 
 
 def verify(setup: Setup, say: Callable[[str], None]) -> bool:
-    expected, written = expected_windows(setup), written_windows(setup)
+    try:
+        expected, written = expected_windows(setup), written_windows(setup)
+    except ChaosFailed as exc:
+        say(f"verify: FAILED: {exc}")
+        return False
     missing, extra = expected - written, written - expected
     say(f"verify: {sum(expected.values()):,} windows expected, {sum(written.values()):,} written, "
         f"{sum(missing.values())} missing, {sum(extra.values())} extra or duplicated")
@@ -416,6 +701,28 @@ def verify(setup: Setup, say: Callable[[str], None]) -> bool:
 
 
 def cleanup(setup: Setup) -> None:
+    """Drop what the run made outside its working directory: its table and commit records, its
+    topics and the Kafka sink's consumer group (all named after the run)."""
+    topics = ([setup.source_topic] if setup.source == "kafka" else []) + \
+        ([setup.sink_topic] if setup.sink == "kafka" else [])
+    if topics:
+        kafka = _kafka()
+        from confluent_kafka.admin import AdminClient
+
+        from headrace.connectors.kafka_sink import transactional_id
+
+        admin = AdminClient({"bootstrap.servers": setup.servers, "log_level": 4})  # no info lines
+        futures = list(admin.delete_topics(topics, operation_timeout=30).values())
+        identity = sink_identity(setup)
+        if setup.sink == "kafka" and identity is not None:
+            futures += admin.delete_consumer_groups([transactional_id(identity)], request_timeout=30).values()
+        for future in futures:
+            try:
+                future.result(60)
+            except kafka.KafkaException as exc:
+                if exc.args[0].code() not in (kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                              kafka.KafkaError.GROUP_ID_NOT_FOUND):
+                    raise
     if setup.sink == "postgres":
         import psycopg
 
@@ -434,11 +741,19 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
     cpus: list[float] = []
     killed = 0
     driver: Driver | None = None
+    kafka_input: KafkaInput | None = None
     try:
+        if setup.sink == "kafka":
+            create_topics(setup, [setup.sink_topic])
+        if setup.source == "kafka":
+            kafka_input = produce_input(setup)
+            say(f"produced {setup.events:,} events and a final record into {setup.source_topic} "
+                f"(partition end offsets {kafka_input.ends})")
+        drained = never if kafka_input is None else functools.partial(kafka_input.consumed, setup)
         driver, started = start_and_wait(setup, 0, lambda: last_commit(setup) >= 0, "the first commit", say)
         say(f"driver 0 committed its first batch after {time.time() - started:.1f} s")
         for number in range(1, kills + 1):
-            landed = kill_somewhere(driver, rng, sink, (number - 1) in between)
+            landed = kill_somewhere(driver, rng, sink, (number - 1) in between, drained)
             if driver.alive() or driver.proc.returncode not in (-signal.SIGKILL, 0):
                 raise ChaosFailed(driver.failure())
             if landed.startswith("not killed"):
@@ -452,13 +767,16 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
             cpus.append(cpu)
             say(f"kill {number}: {landed}; restarted, first new commit (batch {last_commit(setup)}) "
                 f"after {recovery:.1f} s ({cpu:.1f} CPU-s, load average {os.getloadavg()[0]:.1f})")
-        for attempt in range(4):  # the last driver runs to the end of the input
-            wait_for(lambda last=driver: not last.alive(), driver, "the end of the input", timeout=1800)
-            if (driver.proc.returncode == 0 or attempt == 3
-                    or SPARK_START_TIMEOUT not in driver.log.read_text(errors="replace")):
-                break
-            say(f"the last driver: {SPARK_START_TIMEOUT} within Spark's 10 s; starting it again")
-            driver = Driver(setup, f"end-again{attempt + 1}")
+        if kafka_input is not None:  # an unbounded source: stop the last driver once all is written
+            driver = stop_when_drained(driver, drained, say)
+        else:
+            for attempt in range(4):  # the last driver runs to the end of the input
+                wait_for(lambda last=driver: not last.alive(), driver, "the end of the input", timeout=1800)
+                if (driver.proc.returncode == 0 or attempt == 3
+                        or SPARK_START_TIMEOUT not in driver.log.read_text(errors="replace")):
+                    break
+                say(f"the last driver: {SPARK_START_TIMEOUT} within Spark's 10 s; starting it again")
+                driver = Driver(setup, f"end-again{attempt + 1}")
     except ChaosFailed as exc:
         say(f"FAILED: {exc}")
         return killed, recoveries, False
@@ -481,7 +799,10 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sink", choices=["postgres", "files"], default="postgres")
+    parser.add_argument("--source", choices=["generator", "kafka"], default="generator",
+                        help="the deterministic generator (default), or a new Kafka topic this command fills")
+    parser.add_argument("--sink", choices=["postgres", "files", "kafka"], default="postgres")
+    parser.add_argument("--servers", default=KAFKA_SERVERS, help=f"Kafka's bootstrap servers (default {KAFKA_SERVERS})")
     parser.add_argument("--kills", type=int, default=3, help="how many times to SIGKILL the driver (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="seeds the kill moments and the generator")
     parser.add_argument("--events", type=int, help="events to generate (default: enough for the kills)")
@@ -500,7 +821,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.driver:
-        setup = Setup(args.sink, args.work, args.name, args.events, args.rows_per_batch, args.seed)
+        setup = Setup(args.sink, args.work, args.name, args.events, args.rows_per_batch, args.seed, args.source,
+                      args.servers)
         return drive(setup, args.phases)
 
     def say(line: str) -> None:
@@ -509,8 +831,10 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or tempfile.mkdtemp(prefix="headrace-chaos-")
     os.makedirs(work, exist_ok=True)
     events = args.events or args.rows_per_batch * max(40, 4 * args.kills + 12)
-    setup = Setup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch, args.seed)
-    say(f"chaos: {events:,} events in batches of {args.rows_per_batch:,} into {args.sink}, "
+    setup = Setup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch, args.seed,
+                  args.source, args.servers)
+    origin = "" if args.source == "generator" else f" from Kafka ({setup.servers})"
+    say(f"chaos: {events:,} events{origin} in batches of {args.rows_per_batch:,} into {args.sink}, "
         f"{args.kills} kills, seed {args.seed}, work {work}")
     try:
         killed, recoveries, ok = chaos(setup, args.kills, args.seed, say)

@@ -1,11 +1,14 @@
 """The chaos check (``benchmarks/chaos.py``): a stateful pipeline whose driver is killed with
 SIGKILL three times, some kills landing between the sink's commit and Spark's, and restarted
-from its checkpoint each time, writes exactly the windows computed without headrace."""
+from its checkpoint each time, writes exactly the windows computed without headrace: from the
+generator into PostgreSQL or files, and from a Kafka topic into PostgreSQL or (transactions)
+into another Kafka topic."""
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,13 +31,34 @@ def _postgres_or_skip() -> None:
     service_or_skip("PostgreSQL", reachable, why)
 
 
-@pytest.mark.parametrize("sink", ["postgres", "files"])
-def test_three_kills_lose_and_duplicate_nothing(sink, tmp_path):
-    if sink == "postgres":
-        _postgres_or_skip()
+def _kafka_reachable() -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", 9092), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _kafka_or_skip() -> None:
+    """A broker on 127.0.0.1:9092 (started with scripts/kafka.sh when none runs), confluent-kafka
+    and Spark's Kafka connector, or a skip (a failure in CI) saying which is missing."""
+    from conftest import service_or_skip
+
+    from headrace.runtime import jars
+
+    pytest.importorskip("confluent_kafka")
+    if not _kafka_reachable():
+        started = subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "start"], capture_output=True,
+                                 text=True, timeout=300)
+        service_or_skip("Kafka", started.returncode == 0 and _kafka_reachable(), started.stderr.strip()[-500:])
+    if not jars.fetched().get(jars.KAFKA.name):
+        service_or_skip("Spark's Kafka connector", False, "run bash scripts/fetch_jars.sh")
+
+
+def _three_kills(tmp_path: Path, *options: str) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "chaos.py"), "--sink", sink, "--kills", "3", "--seed", "3",
+        [sys.executable, str(ROOT / "benchmarks" / "chaos.py"), *options, "--kills", "3", "--seed", "3",
          "--events", "15000", "--work", str(tmp_path / "chaos")],
         capture_output=True, text=True, env=env, timeout=900)
     lines = result.stdout.strip().splitlines()
@@ -44,3 +68,20 @@ def test_three_kills_lose_and_duplicate_nothing(sink, tmp_path):
     assert match.groups() == ("3", "3", "ok"), result.stdout[-3000:]
     assert result.returncode == 0
     assert any("Spark's commit log had" in line for line in lines), "no kill landed between the two commits"
+
+
+@pytest.mark.parametrize("sink", ["postgres", "files"])
+def test_three_kills_lose_and_duplicate_nothing(sink, tmp_path):
+    if sink == "postgres":
+        _postgres_or_skip()
+    _three_kills(tmp_path, "--sink", sink)
+
+
+@pytest.mark.parametrize("sink", ["postgres", "kafka"])
+def test_three_kills_of_a_kafka_pipeline_lose_and_duplicate_nothing(sink, tmp_path):
+    """The source is a new topic the check fills first; the Kafka sink writes each batch in a
+    transaction, and the check reads its topic read_committed."""
+    _kafka_or_skip()
+    if sink == "postgres":
+        _postgres_or_skip()
+    _three_kills(tmp_path, "--source", "kafka", "--sink", sink)
