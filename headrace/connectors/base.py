@@ -11,7 +11,7 @@ columns of their schema, every headrace source emits:
   ``FLUSH_TIME_MS`` so that the next micro-batch fires every open window.
 * when ``emits_dead_letters`` is true, ``_hr_dead_raw``, ``_hr_dead_error`` and
   ``_hr_dead_position`` (strings, null on good rows): a record that could not
-  be parsed, with its data columns null.
+  be parsed (its data columns are not read: the row goes to the dead letters only).
 
 Every source takes the Spark options ``hr_run_dir`` and ``hr_source``. When the
 file ``<hr_run_dir>/stop`` exists, ``latestOffset`` must return the offset it

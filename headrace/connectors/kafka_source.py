@@ -198,7 +198,8 @@ class Kafka(SourceConnector):
         dead = [F.when(bad, F.col("value").cast("string")).alias(DEAD_COLUMNS[0]),
                 F.when(bad, F.lit(error)).alias(DEAD_COLUMNS[1]),
                 F.when(bad, position).alias(DEAD_COLUMNS[2])]
-        fields = [F.when(~bad, F.col(f"_hr_value.`{n}`")).alias(n) for n in names]
+        # A bad row's fields are left as from_json made them: it goes to the dead letters only.
+        fields = [F.col(f"_hr_value.`{n}`").alias(n) for n in names]
         return decoded.select(*fields, *metadata, control, *dead)
 
 

@@ -28,6 +28,11 @@ from headrace.spark.real_time import REAL_TIME
 from headrace.spark.specs import native_sink_format, spec_of, trigger_interval
 
 SINK_TAG = "_hr_sink"
+# Spark's writers that take asynchronous progress tracking: a stateless query writing with them
+# logs each batch's offsets and commit beside the next batches instead of before and after it,
+# which takes those writes off every batch's latency. The writer is at-least-once in any case
+# (a replayed batch is written again), and stays so: a crash may replay a batch or two more.
+ASYNC_PROGRESS_WRITERS = ("kafka",)
 
 
 def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, asked_interval: str | None) -> Any:
@@ -60,6 +65,8 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         writer = writer.trigger(processingTime=interval)
     if native:
         writer = writer.format(native).options(**sinks[0].connector.native_options())
+        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not real_time.stateful(plan):
+            writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
         writer = writer.foreachBatch(dispatch)
     return writer.start()
