@@ -134,6 +134,7 @@ def test_source_decodes_json_keeps_metadata_and_dead_letters_bad_values(spark: A
     assert [r["position"] for r in dead_rows] == [f"{topic}/0@75", f"{topic}/1@75", f"{topic}/1@76"]
     assert all(r["source"] == "orders" and "not a JSON object of the schema" in r["error"] for r in dead_rows)
     assert result.dead_letters == len(bad)
+    assert result.input_rows == len(good) + len(bad)  # the source is read once for both sinks
 
 
 def test_source_limits_batches_and_reports_lag(spark: Any, broker: str, tmp_path: Path) -> None:

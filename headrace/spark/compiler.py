@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import EventTimeNode, Node, PythonStep, WindowAggregateNode
+from headrace.plan.nodes import EventTimeNode, Node, PythonStep, SourceNode, WindowAggregateNode
 from headrace.spark.specs import check_plan, output_mode, python_chains, spec_of
 from headrace.spark.stateful import uses_test_clock
-from headrace.spark.stateless import with_watermark
+from headrace.spark.stateless import good_rows, with_watermark
 from headrace.spark.windows import window_needs_processor, window_panes
 
 
@@ -35,7 +35,8 @@ class Lowering:
         self.plan, self.spark, self.run_dir = plan, spark, run_dir
         self.frames: dict[str, DataFrame] = {}
         self.watermarked: dict[str, DataFrame] = {}
-        self.raw_sources: dict[str, DataFrame] = {}
+        self.raw_sources: dict[str, DataFrame] = {}  # a source's rows with its dead letters, for dead_letters()
+        self.observed_sources: dict[str, DataFrame] = {}  # the same with the source's metrics, to run a query to
         self.raw_windows: dict[str, DataFrame] = {}  # a window processor's output: panes and late records
         self.chains = {chain[-1]: chain for chain in python_chains(plan)}
 
@@ -45,7 +46,17 @@ class Lowering:
         if isinstance(node, WindowAggregateNode) and window_needs_processor(self.plan, node):
             self.raw_windows[name] = df
             df = window_panes(df, node.schema)
+        elif isinstance(node, SourceNode) and node.connector.emits_dead_letters:
+            self.raw_sources[name] = df
+            df = good_rows(node, df, self)
         self.frames[name] = df
+
+    def root_stream(self, name: str) -> DataFrame:
+        """The stream a query runs to when each micro-batch is split in foreachBatch below step
+        ``name``: a window processor's raw output, a source's rows with its dead letters, or
+        the step's output."""
+        frame = self.frame(name)
+        return self.raw_windows.get(name) or self.observed_sources.get(name) or frame
 
     def frame(self, name: str) -> DataFrame:
         if name not in self.frames:

@@ -131,7 +131,8 @@ SPECS: dict[str, NodeSpec] = {
                               processing_time=lambda plan, node: spark_ttl(plan, node) is not None),
     "join": NodeSpec(stateless.lower_join, "native stream-static join (broadcast)", per_batch=True),
     "union": NodeSpec(stateless.lower_union, "native union"),
-    "dead_letters": NodeSpec(stateless.lower_dead_letters, "native filter of the source's dead-letter columns"),
+    "dead_letters": NodeSpec(stateless.lower_dead_letters, "native filter of the source's dead-letter columns",
+                             per_batch=True),
     "sink": NodeSpec(stateless.lower_sink, _sink_lowered_as, per_batch=True),
 }
 STATEFUL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.stateful)

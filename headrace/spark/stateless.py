@@ -53,6 +53,9 @@ def without_control(df: DataFrame) -> DataFrame:
 
 
 def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
+    """The source's good rows. A source with dead letters also leaves its raw rows (what the
+    dead letters read) and its observed raw stream (where a query can stop, to split the
+    good rows from the dead letters in each micro-batch) in the compilation."""
     context = SourceContext(lowering.run_dir, node.name)
     os.makedirs(lowering.run_dir, exist_ok=True)
     node.connector.prepare(context)
@@ -64,6 +67,14 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
         lowering.raw_sources[node.name] = raw
         dead = F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters")
         df = df.observe(f"{DEAD_LETTER_METRIC_PREFIX}{node.name}", dead)
+        lowering.observed_sources[node.name] = df
+    return good_rows(node, df, lowering)
+
+
+def good_rows(node: SourceNode, df: DataFrame, lowering: Lowering) -> DataFrame:
+    """The rows of a source's (observed) output that go on: not dead letters, and no control
+    rows unless an event-time step needs them."""
+    if node.connector.emits_dead_letters:
         df = df.filter(F.col(DEAD_COLUMNS[1]).isNull()).drop(*DEAD_COLUMNS)
     if not lowering.needs_control(node.name):
         df = df.filter(F.col(CONTROL_COLUMN).isNull()).drop(CONTROL_COLUMN)

@@ -140,6 +140,8 @@ def _path_up(plan: Plan, sink: SinkNode) -> list[str]:
         node = plan.nodes[name]
         if not spec_of(node).per_batch or not node.inputs:
             return path
+        if node.kind == "dead_letters" and len(node.inputs) > 1:  # needs every source's stream
+            return path
         name = node.inputs[0]
 
 
@@ -156,7 +158,7 @@ def shared_root(plan: Plan) -> str | None:
 
 def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str) -> tuple[DataFrame, Any]:
     lowering = compiled.lowering
-    stream = lowering.raw_windows.get(root) or lowering.frame(root)
+    stream = lowering.root_stream(root)
 
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
