@@ -1,6 +1,6 @@
 """Spark's real-time mode (``Pipeline(..., trigger="real-time")``): which pipelines can run in it,
-the reasons ``explain()`` gives when one cannot, and a Kafka -> filter -> Kafka pipeline run in
-it for real against the test broker (see tests/test_kafka.py)."""
+the reasons ``explain()`` gives when one cannot, and a Kafka -> filter -> join with a static
+table -> Kafka pipeline run in it for real against the test broker (see tests/test_kafka.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ SCHEMA = "order_id long, user string, amount long"
 def kafka_pipeline(trigger: str = "real-time", servers: str = "127.0.0.1:9092", topic: str = "orders",
                    out: str = "big_orders") -> hr.Pipeline:
     p = hr.Pipeline("fast_orders", trigger=trigger)
+    tiers = p.table("tiers", rows=[{"user": f"u{i}", "tier": "gold" if i == 0 else "basic"} for i in range(3)])
     orders = p.source("orders", hr.sources.Kafka(topic, schema=SCHEMA, servers=servers))
-    (orders.filter(hr.col("amount") >= 3).select("order_id", "user", "amount")
+    (orders.filter(hr.col("amount") >= 3).join(tiers, on="user").select("order_id", "user", "amount", "tier")
      .sink("out", hr.sinks.Kafka(out, servers=servers, key="user", exactly_once=False)))
     return p
 
@@ -89,7 +90,8 @@ def test_kafka_to_kafka_runs_in_spark_real_time_mode(spark: Any, broker: str, tm
         assert run.query._jsq.streamingQuery().trigger().toString().startswith("RealTimeTrigger")
         orders = [{"order_id": i, "user": f"u{i % 3}", "amount": i % 5} for i in range(60)]
         produce(source, [(o["user"], o, 0) for o in orders])  # while the long-running batch runs
-        expected = sorted(json.dumps(o, sort_keys=True) for o in orders if o["amount"] >= 3)
+        expected = sorted(json.dumps({**o, "tier": "gold" if o["user"] == "u0" else "basic"}, sort_keys=True)
+                          for o in orders if o["amount"] >= 3)
         deadline = time.time() + 60
         while time.time() < deadline:
             found = consume(target, committed_only=False)
