@@ -43,6 +43,12 @@ COMMITS_TOPIC = "headrace_sink_commits"
 FORMATS = ("json", "raw")
 FLUSH_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 30.0
+# How long the transaction coordinator lets a batch's transaction stay open before it aborts
+# it and fences the producer. Kafka's default, 60 s, is shorter than a batch can take while a
+# replicated cluster loses a broker (acks=all waits until the dead replica leaves the in-sync
+# set, up to replica.lag.time.max.ms, 30 s, per request). A transaction a killed driver left
+# open does not wait for it: the next run's producer aborts it when it starts.
+TRANSACTION_TIMEOUT_MS = 300_000
 
 
 def _confluent() -> Any:
@@ -189,8 +195,8 @@ class Kafka(SinkConnector):
         kafka = _confluent()
         ident = transactional_id(self.name)
         self._ensure_commits_topic(kafka)
-        producer = kafka.Producer({**self._settings(), "transactional.id": ident, "enable.idempotence": True,
-                                   "linger.ms": 5})
+        producer = kafka.Producer({"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **self._settings(),
+                                   "transactional.id": ident, "enable.idempotence": True, "linger.ms": 5})
         producer.init_transactions(CONNECT_TIMEOUT_S)
         consumer = kafka.Consumer({**self._settings(), "group.id": ident, "enable.auto.commit": False,
                                    "isolation.level": "read_committed"})
