@@ -16,6 +16,8 @@ from typing import Any
 from headrace.errors import HeadraceError
 from headrace.runtime.signals import stop_on_signals
 
+STATE_DIR_HELP = ("where checkpoints live: a directory, or a Hadoop URI such as hdfs://namenode:8020/state "
+                  "(default: $HEADRACE_STATE_DIR or .headrace)")
 RUNS_PIPELINES = ("run", "demo")  # the commands whose Ctrl-C and SIGTERM stop a run (headrace/runtime/signals.py)
 
 
@@ -72,15 +74,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
-    """What a restart from the stored checkpoint would keep; 1 when it would be refused. No Spark."""
+    """What a restart from the stored checkpoint would keep; 1 when it would be refused. No
+    Spark, unless the state dir is on HDFS or S3 (read through Spark's JVM)."""
+    from headrace.runtime import storage
     from headrace.runtime.checkpoints import has_batches, pipeline_root, read_plan
     from headrace.runtime.compatibility import check_restart
     from headrace.runtime.runner import default_state_dir
+    from headrace.runtime.session import get_session, spark_log_file
     from headrace.spark.specs import check_plan
 
     check_plan(pipeline.plan)
-    root = pipeline_root(args.state_dir or default_state_dir(), pipeline.name)
-    checkpoint = os.path.join(root, "checkpoint")
+    state_dir = args.state_dir or default_state_dir()
+    root = pipeline_root(state_dir, pipeline.name)
+    checkpoint = storage.join(root, "checkpoint")
+    if storage.is_remote(root):
+        get_session(None, spark_log_file(state_dir))
     verdict = check_restart(pipeline.plan, root)
     if verdict is None:
         unchecked = has_batches(checkpoint) and read_plan(root) is None
@@ -138,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def runtime_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--state-dir", help="where checkpoints live (default: $HEADRACE_STATE_DIR or .headrace)")
+        sub.add_argument("--state-dir", help=STATE_DIR_HELP)
         sub.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*,4])")
         shown = sub.add_mutually_exclusive_group()
         shown.add_argument("--quiet", action="store_true", help="no progress display")
@@ -173,9 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true", help="the plan (or, with --against-checkpoint, the verdict) "
                                                              "as JSON")
     explain.add_argument("--against-checkpoint", action="store_true",
-                         help="say what a restart from the stored checkpoint would keep, without starting Spark; "
-                              "exit status 1 when it would be refused")
-    explain.add_argument("--state-dir", help="where checkpoints live (default: $HEADRACE_STATE_DIR or .headrace)")
+                         help="say what a restart from the stored checkpoint would keep, without starting Spark "
+                              "(a state dir on HDFS or S3 is read through Spark's JVM); exit status 1 when it would "
+                              "be refused")
+    explain.add_argument("--state-dir", help=STATE_DIR_HELP)
     explain.set_defaults(handler=cmd_explain)
 
     rescale = commands.add_parser("rescale", help="spread a stopped pipeline's keyed state over N partitions",
@@ -184,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                                               "state tasks and exactly the same results.")
     rescale.add_argument("target", metavar="FILE[:PIPELINE]")
     rescale.add_argument("partitions", metavar="N", type=int, help="the new number of state partitions")
-    rescale.add_argument("--state-dir", help="where checkpoints live (default: $HEADRACE_STATE_DIR or .headrace)")
+    rescale.add_argument("--state-dir", help=STATE_DIR_HELP)
     rescale.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*,4])")
     rescale.add_argument("--json", action="store_true", help="the result as JSON")
     rescale.set_defaults(handler=cmd_rescale)

@@ -71,32 +71,21 @@ running_count() {
 
 # --- Kafka's jars --------------------------------------------------------------------------------
 # shellcheck source=scripts/maven.sh
-source "$(dirname "$0")/maven.sh"  # need_mvn
+source "$(dirname "$0")/maven.sh"  # need_mvn, copy_with_dependencies
 
 fetch_libs() {  # kafka_2.13 (the broker), kafka-tools (TopicCommand) and a log4j binding, into $libs
   [ -f "$libs/.complete" ] && return 0
   need_mvn
-  local t0=$SECONDS plugin=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
+  local t0=$SECONDS
   say "fetching Apache Kafka $version's jars from Maven Central into $libs"
-  mkdir -p "$cache"
   rm -rf "$libs.tmp"
-  cat > "$cache/pom.xml" <<EOF
-<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-  <groupId>headrace</groupId><artifactId>kafka-server</artifactId><version>0</version><packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$version</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$version</version></dependency>
-  </dependencies>
-</project>
-EOF
-  mvn -B -q -Dmaven.repo.local="$m2" -f "$cache/pom.xml" "$plugin:copy-dependencies" -DincludeScope=runtime \
-    -DoutputDirectory="$libs.tmp" > "$cache/mvn.log" 2>&1 \
-    || { tail -20 "$cache/mvn.log" >&2; die "mvn could not fetch Kafka $version (see $cache/mvn.log)"; }
+  copy_with_dependencies "$cache" "$libs.tmp" "$m2" "Kafka $version" \
+    "org.apache.kafka:kafka_2.13:$version" "org.apache.kafka:kafka-tools:$version"
   # Kafka logs through slf4j 1.x; its distribution adds log4j's binding, at the log4j-core version.
   local log4j
   log4j=$(ls "$libs.tmp" | sed -n 's/^log4j-core-\(.*\)\.jar$/\1/p' | head -1)
   [ -n "$log4j" ] || die "no log4j-core among Kafka $version's dependencies"
-  mvn -B -q -Dmaven.repo.local="$m2" "$plugin:copy" -Dartifact="org.apache.logging.log4j:log4j-slf4j-impl:$log4j" \
+  mvn -B -q -Dmaven.repo.local="$m2" "$DEPENDENCY_PLUGIN:copy" -Dartifact="org.apache.logging.log4j:log4j-slf4j-impl:$log4j" \
     -DoutputDirectory="$libs.tmp" > "$cache/mvn.log" 2>&1 \
     || { tail -20 "$cache/mvn.log" >&2; die "mvn could not fetch log4j-slf4j-impl $log4j"; }
   touch "$libs.tmp/.complete"

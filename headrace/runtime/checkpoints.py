@@ -1,8 +1,14 @@
 """Checkpoint directories, the identity of the query that owns one, and the plan stored beside it.
 
-A pipeline's files live under ``<state dir>/<pipeline>/``: ``checkpoint/`` (Spark's),
-``run/`` (the sources' run-time files) and ``plan.json``, the plan of the run that last
-started from the checkpoint, which a restart is checked against before Spark starts.
+A pipeline's files live under ``<state dir>/<pipeline>/``: ``checkpoint/`` (Spark's) and
+``plan.json``, the plan of the run that last started from the checkpoint, which a restart is
+checked against before the query starts. The state dir may be a local path or a Hadoop URI
+(``hdfs://``, ``s3a://``): these files go through ``headrace/runtime/storage.py``.
+
+The run files (the stop and exhausted markers, the sources' run-time files) are read by
+Python data sources with Python's file functions, so they are always local: in
+``<state dir>/<pipeline>/run/`` for a local state dir, and in
+``<run files dir>/<pipeline>/<query id>/`` (``HEADRACE_RUN_FILES_DIR``) for a remote one.
 """
 
 from __future__ import annotations
@@ -10,15 +16,44 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from pathlib import Path
 from typing import Any
+from urllib.parse import quote
+
+from headrace import config
+from headrace.runtime import storage
 
 PLAN_FILE = "plan.json"
 
 
 def pipeline_root(state_dir: str, pipeline: str) -> str:
-    """The directory holding a pipeline's checkpoint, run files and stored plan."""
-    return str(Path(state_dir) / pipeline)
+    """The directory holding a pipeline's checkpoint and stored plan (and, for a local state
+    dir, its run files)."""
+    return storage.join(state_dir, pipeline)
+
+
+def run_files_dir() -> str:
+    """The local folder of the run files of pipelines whose state dir is remote."""
+    setting = config.RUN_FILES_DIR.get().strip()
+    folder = setting or os.path.join(config.CACHE_DIR.get(), "run")
+    return os.path.abspath(os.path.expanduser(folder))
+
+
+def run_dir(root: str, pipeline: str, query: str) -> str:
+    """The folder of a run's run files: ``<root>/run`` when ``root`` is local, and otherwise
+    ``<run files dir>/<pipeline>/<query id>``, which a restart from the same checkpoint finds
+    again on the same machine and a new checkpoint (a new query id) does not."""
+    if not storage.is_remote(root):
+        return storage.local_path(storage.join(root, "run"))
+    return os.path.join(run_files_dir(), quote(pipeline, safe=""), query)
+
+
+def read_query_id(checkpoint: str) -> str | None:
+    """The id in ``<checkpoint>/metadata``, if there is one."""
+    try:
+        first = storage.read_text(storage.join(checkpoint, "metadata")).splitlines()[0]
+    except FileNotFoundError:
+        return None
+    return str(json.loads(first)["id"])
 
 
 def query_id(checkpoint: str) -> str:
@@ -28,15 +63,11 @@ def query_id(checkpoint: str) -> str:
     know, before the first batch, the identity their commits belong to: a restart from
     the same checkpoint has the same id; a fresh start has a new one.
     """
-    path = os.path.join(checkpoint, "metadata")
-    if os.path.exists(path):
-        with open(path) as handle:
-            return str(json.loads(handle.readline())["id"])
-    os.makedirs(checkpoint, exist_ok=True)
+    known = read_query_id(checkpoint)
+    if known is not None:
+        return known
     new_id = str(uuid.uuid4())
-    with open(path + ".tmp", "w") as handle:
-        handle.write(json.dumps({"id": new_id}) + "\n")
-    os.replace(path + ".tmp", path)
+    storage.write_text(storage.join(checkpoint, "metadata"), json.dumps({"id": new_id}) + "\n")
     return new_id
 
 
@@ -44,7 +75,7 @@ def has_batches(checkpoint: str) -> bool:
     """Whether Spark has logged a micro-batch's offsets there: from then on the checkpoint
     holds offsets (and state) that only a compatible plan can continue."""
     try:
-        return any(name.isdigit() for name in os.listdir(os.path.join(checkpoint, "offsets")))
+        return any(name.isdigit() for name in storage.list_names(storage.join(checkpoint, "offsets")))
     except FileNotFoundError:
         return False
 
@@ -52,20 +83,14 @@ def has_batches(checkpoint: str) -> bool:
 def read_plan(root: str) -> dict[str, Any] | None:
     """The stored plan record of the pipeline under ``root``, if any."""
     try:
-        with open(os.path.join(root, PLAN_FILE)) as handle:
-            record: dict[str, Any] = json.load(handle)
+        text = storage.read_text(storage.join(root, PLAN_FILE))
     except FileNotFoundError:
         return None
+    record: dict[str, Any] = json.loads(text)
     return record
 
 
 def write_plan(root: str, record: dict[str, Any]) -> None:
     """Store ``record`` as ``<root>/plan.json``, atomically (write, then rename)."""
-    os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, PLAN_FILE)
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    with open(temporary, "w") as handle:
-        json.dump(record, handle, indent=2)  # key order kept: aggregates and fields are ordered
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    # key order kept: aggregates and fields are ordered
+    storage.write_text(storage.join(root, PLAN_FILE), json.dumps(record, indent=2))

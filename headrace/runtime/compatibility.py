@@ -2,8 +2,9 @@
 
 Names are state identity. A checkpoint holds, per source, the offsets it read and, per
 stateful step, the state it built; beside it, ``plan.json`` holds the plan of the run that
-last started from it. Before Spark starts, a restart compares that stored plan with the
-new one (:func:`compare`, a pure function over two plan records):
+last started from it. Before Spark starts (for a state dir on HDFS or S3, which is read
+through Spark's JVM: once the session runs, before the query starts), a restart compares
+that stored plan with the new one (:func:`compare`, a pure function over two plan records):
 
 * **Allowed, state kept**: stateless steps may change, appear or go (filters, maps,
   selects, joins with tables, the watermark delay); a stateful step's own code may change

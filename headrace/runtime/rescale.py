@@ -11,10 +11,10 @@ new number of parallel state tasks.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from headrace.errors import HeadraceError
+from headrace.runtime import storage
 from headrace.runtime.checkpoints import has_batches
 from headrace.runtime.runner import PipelineRun
 from headrace.runtime.session import get_session
@@ -22,17 +22,21 @@ from headrace.runtime.session import get_session
 
 def state_partitions(checkpoint: str) -> int | None:
     """The number of state partitions of a checkpoint's latest batch (Spark records it in the
-    batch's offset-log entry), or None before the first batch."""
-    offsets = Path(checkpoint) / "offsets"
-    batches = sorted((int(p.name) for p in offsets.glob("*") if p.name.isdigit()), reverse=True)
+    batch's offset-log entry), or None before the first batch. The checkpoint may be on HDFS
+    or S3 (``headrace/runtime/storage.py``)."""
+    offsets = storage.join(checkpoint, "offsets")
+    try:
+        batches = sorted((int(name) for name in storage.list_names(offsets) if name.isdigit()), reverse=True)
+    except FileNotFoundError:
+        return None
     if not batches:
         return None
-    metadata = json.loads((offsets / str(batches[0])).read_text().splitlines()[1])
+    metadata = json.loads(storage.read_text(storage.join(offsets, str(batches[0]))).splitlines()[1])
     return int(metadata["conf"]["spark.sql.shuffle.partitions"])
 
 
 def _has_state(checkpoint: str) -> bool:
-    return (Path(checkpoint) / "state").is_dir()
+    return storage.is_dir(storage.join(checkpoint, "state"))
 
 
 def rescale(pipeline: Any, partitions: int, *, state_dir: str | None = None, master: str | None = None) -> int:
@@ -43,6 +47,8 @@ def rescale(pipeline: Any, partitions: int, *, state_dir: str | None = None, mas
         raise HeadraceError(f"rescale {name!r}: the number of partitions must be a positive integer, got "
                             f"{partitions!r}")
     checkpoint = PipelineRun(pipeline, state_dir=state_dir, progress="quiet").checkpoint
+    # a checkpoint on HDFS or S3 is read through the session's JVM: start it first
+    spark = get_session(master) if storage.is_remote(checkpoint) else None
     if not has_batches(checkpoint):
         raise HeadraceError(f"rescale {name!r}: no checkpoint with processed batches at {checkpoint}; run the "
                             "pipeline first (a new pipeline takes spark.sql.shuffle.partitions)")
@@ -52,7 +58,7 @@ def rescale(pipeline: Any, partitions: int, *, state_dir: str | None = None, mas
                             "checkpoint), so there is nothing to rescale")
     if current == partitions:
         raise HeadraceError(f"rescale {name!r}: its state already has {partitions} partitions")
-    spark = get_session(master)
+    spark = spark or get_session(master)
     try:
         spark._streamingCheckpointManager.repartition(checkpoint, partitions)
     except Exception as exc:  # noqa: BLE001 - Spark's wrapped error, told in one line

@@ -22,8 +22,8 @@ from typing import Any
 
 from headrace import config
 from headrace.errors import HeadraceError
-from headrace.runtime import events
-from headrace.runtime.checkpoints import query_id
+from headrace.runtime import checkpoints, events, storage
+from headrace.runtime.checkpoints import pipeline_root, query_id, read_query_id
 from headrace.runtime.compatibility import record_plan, verify_restart
 from headrace.runtime.failures import classify
 from headrace.runtime.progress import BatchLog, ProgressDisplay
@@ -69,11 +69,15 @@ class PipelineRun:
         check_plan(self.plan)
         self.restart_policy = RestartPolicy.of(restart_attempts, restart_window, restart_backoff)
         self.state_dir = state_dir or default_state_dir()
-        self.root = str(Path(self.state_dir) / self.plan.name)
-        self.checkpoint = str(Path(self.root) / "checkpoint")
-        self.run_dir = str(Path(self.root) / "run")
-        if fresh:
-            shutil.rmtree(self.root, ignore_errors=True)
+        self.root = pipeline_root(self.state_dir, self.plan.name)
+        self.checkpoint = storage.join(self.root, "checkpoint")
+        # A remote state dir (hdfs://, s3a://) is reached through Spark's JVM, so what needs it
+        # waits for the session (``start``); its run files are local, named after the query id.
+        self.remote = storage.is_remote(self.root)
+        self.run_dir = "" if self.remote else checkpoints.run_dir(self.root, self.plan.name, "")
+        self._fresh = fresh and self.remote
+        if fresh and not self.remote:
+            storage.delete_tree(self.root)
         self.master = master
         self.display = ProgressDisplay(progress)
         self.trigger_interval = trigger_interval
@@ -102,15 +106,18 @@ class PipelineRun:
         self.started_at = time.time()
         if self._stop_asked:
             return self
-        verify_restart(self.plan, self.root)  # before Spark starts: refuse a checkpoint this plan cannot continue
+        if not self.remote:
+            verify_restart(self.plan, self.root)  # before Spark starts: refuse a checkpoint this plan cannot continue
         self._spark = get_session(self.master, spark_log_file(self.state_dir), self.plan.spark_packages())
+        if self.remote:  # the same checks and files, through the session's Hadoop file system API
+            self._open_remote_state()
         os.makedirs(self.run_dir, exist_ok=True)
         for leftover in ("stop", "exhausted"):
             path = Path(self.run_dir) / leftover
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         if self._stop_asked:  # asked while the leftovers went: mark it again
             self._mark_stop()
-        self._query_id = query_id(self.checkpoint)
+        self._query_id = self._query_id or query_id(self.checkpoint)
         self._inbox = events.follow(self._spark, self._query_id)
         try:
             self._start_query()
@@ -118,6 +125,20 @@ class PipelineRun:
             events.unfollow(self._spark, self._query_id, self._inbox)
             raise
         return self
+
+    def _open_remote_state(self) -> None:
+        """For a state dir on HDFS or S3, once the session runs: forget the old checkpoint
+        (``fresh``) with its local run files, refuse a checkpoint this plan cannot continue
+        (before the query starts), and place the run files by the checkpoint's query id."""
+        if self._fresh:
+            old = read_query_id(self.checkpoint)
+            if old is not None:
+                shutil.rmtree(checkpoints.run_dir(self.root, self.plan.name, old), ignore_errors=True)
+            storage.delete_tree(self.root)
+            self._fresh = False
+        verify_restart(self.plan, self.root)
+        self._query_id = query_id(self.checkpoint)
+        self.run_dir = checkpoints.run_dir(self.root, self.plan.name, self._query_id)
 
     def _start_query(self) -> None:
         """Compile the plan and start its query, unless a stop was asked meanwhile (no batch has
@@ -152,12 +173,14 @@ class PipelineRun:
         return True
 
     def _mark_stop(self) -> None:
+        if not self.run_dir:  # a remote state dir's run files are placed once the session runs
+            return
         os.makedirs(self.run_dir, exist_ok=True)
         Path(self.run_dir, "stop").touch()
 
     @property
     def stopping(self) -> bool:
-        return self._stop_asked or os.path.exists(os.path.join(self.run_dir, "stop"))
+        return self._stop_asked or bool(self.run_dir) and os.path.exists(os.path.join(self.run_dir, "stop"))
 
     def bounded(self) -> bool:
         return all(source.connector.bounded for source in self.plan.sources())

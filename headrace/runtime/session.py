@@ -15,7 +15,8 @@ from typing import Any
 
 from headrace import config
 from headrace.errors import SetupError
-from headrace.runtime import jars
+from headrace.runtime import jars, storage
+from headrace.runtime.checkpoints import run_files_dir
 from headrace.runtime.jars import Package
 
 JAVA_HELP = ("Java 17 or newer is needed to run Spark and was not found; install it "
@@ -206,12 +207,15 @@ appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 
 
 def spark_log_file(state_dir: str | None = None) -> str | None:
-    """Where Spark's log goes: ``HEADRACE_SPARK_LOG``, else ``<state dir>/spark.log``; None
-    when the setting is ``stderr``."""
+    """Where Spark's log goes: ``HEADRACE_SPARK_LOG``, else ``<state dir>/spark.log`` (a log
+    file is local: for a state dir on HDFS or S3, ``<run files dir>/spark.log``); None when
+    the setting is ``stderr``."""
     setting = config.SPARK_LOG.get().strip()
     if setting.lower() == "stderr":
         return None
-    path = setting or os.path.join(state_dir or config.STATE_DIR.get(), "spark.log")
+    state_dir = state_dir or config.STATE_DIR.get()
+    folder = run_files_dir() if storage.is_remote(state_dir) else storage.local_path(state_dir)
+    path = setting or os.path.join(folder, "spark.log")
     return os.path.abspath(os.path.expanduser(path))
 
 
