@@ -390,30 +390,13 @@ def produce_input(setup: Setup) -> KafkaInput:
 
 
 def read_topic(setup: Setup, topic: str, timeout: float = 300.0) -> list[dict[str, Any]]:
-    """Every record of ``topic`` as Kafka's ``read_committed`` readers see it (JSON values): the
-    partitions are assigned (no group to join) and read to their end offsets."""
-    kafka = _kafka()
-    consumer = kafka.Consumer({"bootstrap.servers": setup.servers, "group.id": f"{topic}-verify",
-                               "enable.auto.commit": False, "isolation.level": "read_committed"})
+    """Every record of ``topic`` as Kafka's ``read_committed`` readers see it (JSON values)."""
+    from headrace.testing.kafka import read_topic as read_to_end
+
     try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        assigned = [kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in partitions]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in assigned}
-        consumer.assign(assigned)
-        values: list[dict[str, Any]] = []
-        deadline = time.time() + timeout
-        while True:
-            positions = {tp.partition: tp.offset for tp in consumer.position(assigned)}
-            if all(end == 0 or positions[p] >= end for p, end in ends.items()):
-                return values
-            if time.time() > deadline:
-                raise ChaosFailed(f"could not read {topic} to its end offsets {ends} in {timeout:.0f} s "
-                                  f"(at {positions}; a transaction left open?)")
-            message = consumer.poll(0.2)
-            if message is not None and not message.error():
-                values.append(json.loads(message.value()))
-    finally:
-        consumer.close()
+        return [record.json() for record in read_to_end(setup.servers, topic, timeout_s=timeout)]
+    except TimeoutError as exc:
+        raise ChaosFailed(str(exc)) from None
 
 
 # -- the chaos loop ----------------------------------------------------------------------------

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import socket
@@ -53,6 +52,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import Print, Throughput, alternating, fresh_dir, processing_seconds  # noqa: E402
+from headrace.testing.kafka import read_topic  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "user_id string, kind string, amount long"
@@ -115,21 +115,7 @@ def produce(servers: str, topic: str, count: int, rate: float | None = None) -> 
 
 def read_output(servers: str, topic: str) -> list[tuple[int, dict[str, Any]]]:
     """Every record of ``topic``: (broker timestamp in ms, JSON value)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": servers, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
-    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    assigned = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
-    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in assigned}
-    consumer.assign(assigned)
-    found = []
-    while any(end and tp.offset < end for tp, end in zip(consumer.position(assigned), ends.values(), strict=True)):
-        for message in consumer.consume(10_000, timeout=0.5):  # transaction markers take offsets too
-            if not message.error():
-                found.append((message.timestamp()[1], json.loads(message.value())))
-    consumer.close()
-    return found
+    return [(record.timestamp_ms, record.json()) for record in read_topic(servers, topic, timeout_s=600)]
 
 
 def epoch_ms(text: str) -> float:

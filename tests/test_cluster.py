@@ -36,6 +36,7 @@ import pytest
 from conftest import PG_DSN, service_or_skip
 
 from headrace.runtime import jars
+from headrace.testing.kafka import read_topic
 
 kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -157,25 +158,8 @@ def produce(topic: str, records: list[dict[str, Any]]) -> None:
 
 
 def committed_records(topic: str) -> list[dict[str, Any]]:
-    """Every record of ``topic`` a read_committed consumer gets, read up to the end of each partition
-    (the partitions assigned, not subscribed: no group rebalance to wait for)."""
-    consumer = kafka.Consumer({"bootstrap.servers": SERVERS, "group.id": uuid.uuid4().hex,
-                               "enable.auto.commit": False, "isolation.level": "read_committed"})
-    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    assigned = [kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in partitions]
-    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in assigned}
-    consumer.assign(assigned)
-    found: list[dict[str, Any]] = []
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        positions = {tp.partition: tp.offset for tp in consumer.position(assigned)}
-        if all(end == 0 or positions[p] >= end for p, end in ends.items()):
-            break
-        message = consumer.poll(0.2)
-        if message is not None and not message.error():
-            found.append(json.loads(message.value()))
-    consumer.close()
-    return found
+    """Every record of ``topic`` a read_committed consumer gets (JSON values)."""
+    return [record.json() for record in read_topic(SERVERS, topic)]
 
 
 # -- the driver ----------------------------------------------------------------------------------

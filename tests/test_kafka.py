@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from headrace.runtime.checkpoints import query_id
 from headrace.runtime.progress import summarise
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink
+from headrace.testing.kafka import read_topic
 
 kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -72,29 +72,8 @@ def produce(topic: str, records: list[tuple[Any, Any, int]], headers: list[tuple
 
 
 def consume(topic: str, committed_only: bool = True) -> list[tuple[str | None, dict[str, Any]]]:
-    """Every record of ``topic``, as (key, JSON value), read_committed by default. The partitions
-    are assigned, not subscribed (no consumer-group rebalance to wait for), and read up to
-    their end offsets."""
-    consumer = kafka.Consumer({"bootstrap.servers": SERVERS, "group.id": uuid.uuid4().hex,
-                               "enable.auto.commit": False,
-                               "isolation.level": "read_committed" if committed_only else "read_uncommitted"})
-    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    assigned = [kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in partitions]
-    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in assigned}
-    consumer.assign(assigned)
-    found: list[tuple[str | None, dict[str, Any]]] = []
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        positions = {tp.partition: tp.offset for tp in consumer.position(assigned)}
-        if all(end == 0 or positions[p] >= end for p, end in ends.items()):
-            break
-        message = consumer.poll(0.2)
-        if message is None or message.error():
-            continue
-        key = message.key().decode() if message.key() is not None else None
-        found.append((key, json.loads(message.value())))
-    consumer.close()
-    return found
+    """Every record of ``topic``, as (key, JSON value), read_committed by default."""
+    return [(r.key, r.json()) for r in read_topic(SERVERS, topic, committed_only=committed_only)]
 
 
 def run_until_idle(pipeline: hr.Pipeline, state_dir: str) -> Any:

@@ -24,6 +24,7 @@ from conftest import service_or_skip
 import headrace as hr
 from headrace.runtime import jars
 from headrace.runtime.runner import PipelineRun
+from headrace.testing.kafka import read_topic
 
 kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -66,22 +67,7 @@ def produce(servers: str, topic: str, orders: list[dict[str, Any]]) -> None:
 
 
 def committed_records(servers: str, topic: str) -> list[tuple[str, int, int]]:
-    consumer = kafka.Consumer({"bootstrap.servers": servers, "group.id": uuid.uuid4().hex,
-                               "enable.auto.commit": False, "isolation.level": "read_committed"})
-    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    assigned = [kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in partitions]
-    ends = [consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in assigned]
-    consumer.assign(assigned)
-    found = []
-    deadline = time.time() + 60
-    while time.time() < deadline and any(
-            end and tp.offset < end for tp, end in zip(consumer.position(assigned), ends, strict=True)):
-        for message in consumer.consume(1000, timeout=0.5):
-            if not message.error():
-                value = json.loads(message.value())
-                found.append((message.key().decode(), value["order_id"], value["doubled"]))
-    consumer.close()
-    return sorted(found)
+    return sorted((r.key, r.json()["order_id"], r.json()["doubled"]) for r in read_topic(servers, topic))
 
 
 def wait_for_commit(run: PipelineRun, batches: int, timeout_s: float = 120) -> None:
