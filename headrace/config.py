@@ -45,6 +45,10 @@ SPARK_PACKAGE_VERSION = Setting("HEADRACE_SPARK_PACKAGE_VERSION", "",
                                 "the version of Spark's connector packages (Kafka), for Spark's resolver and "
                                 "scripts/fetch_jars.sh; default the installed pyspark's, or the newest earlier "
                                 "one on Maven Central")
+DELTA_VERSION = Setting("HEADRACE_DELTA_VERSION", "",
+                        "the version of Delta Lake's package (io.delta:delta-spark), for Spark's resolver and "
+                        "scripts/fetch_jars.sh; default the newest release built for the installed pyspark's "
+                        "Spark minor version")
 RESTART_ATTEMPTS = Setting("HEADRACE_RESTART_ATTEMPTS", "3",
                            "restarts of a failed query allowed within the restart window (0: never restart)")
 RESTART_WINDOW = Setting("HEADRACE_RESTART_WINDOW", "10min",
@@ -53,7 +57,7 @@ RESTART_BACKOFF = Setting("HEADRACE_RESTART_BACKOFF", "1s",
                           "wait before the first restart; doubled for each further restart in the window")
 
 ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL, SPARK_LOG, CACHE_DIR, RUN_FILES_DIR, JVM_CLASS_ARCHIVE,
-       JARS_DIR, SPARK_PACKAGE_VERSION, RESTART_ATTEMPTS, RESTART_WINDOW, RESTART_BACKOFF)
+       JARS_DIR, SPARK_PACKAGE_VERSION, DELTA_VERSION, RESTART_ATTEMPTS, RESTART_WINDOW, RESTART_BACKOFF)
 
 
 def describe() -> str:

@@ -1,10 +1,11 @@
 """Every sink connector, by name: ``hr.sinks.Console()``, ``hr.sinks.Postgres(...)``."""
 
 from headrace.connectors.console import Console
+from headrace.connectors.delta import Delta
 from headrace.connectors.files_sink import FileSink as Files
 from headrace.connectors.kafka_sink import Kafka
 from headrace.connectors.null_sink import Null
 from headrace.connectors.postgres import Postgres
 from headrace.testing import TestSink
 
-__all__ = ["Console", "Files", "Kafka", "Null", "Postgres", "TestSink"]
+__all__ = ["Console", "Delta", "Files", "Kafka", "Null", "Postgres", "TestSink"]

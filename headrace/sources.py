@@ -1,9 +1,10 @@
 """Every source connector, by name: ``hr.sources.Generator(...)``, ``hr.sources.Files(...)``."""
 
+from headrace.connectors.delta import DeltaSource as Delta
 from headrace.connectors.files_source import FileSource as Files
 from headrace.connectors.generator import Generator, ysb_ads
 from headrace.connectors.kafka_source import Kafka
 from headrace.connectors.socket import Socket
 from headrace.testing import TestSource
 
-__all__ = ["Files", "Generator", "Kafka", "Socket", "TestSource", "ysb_ads"]
+__all__ = ["Delta", "Files", "Generator", "Kafka", "Socket", "TestSource", "ysb_ads"]

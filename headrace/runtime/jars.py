@@ -59,14 +59,66 @@ def matching_release(versions: list[str], spark_version: str) -> str:
     return max(earlier, key=_release) if earlier else spark_version
 
 
+def _maven_versions(group: str, artifact: str) -> list[str]:
+    """The versions Maven Central lists for group:artifact; empty without network (Spark's
+    resolver then says what it cannot find)."""
+    url = f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/maven-metadata.xml"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return re.findall(r"<version>([^<]+)</version>", answer.read().decode())
+    except OSError:
+        return []
+
+
+def built_for_spark(pom: str, scala: str = "2.13") -> str | None:
+    """The Spark version a package's pom compiles against (its spark-sql dependency).
+
+    >>> built_for_spark("<artifactId>spark-sql_2.13</artifactId>\\n<version>4.2.0</version>")
+    '4.2.0'
+    """
+    found = re.search(rf"<artifactId>spark-sql_{re.escape(scala)}</artifactId>\s*<version>([^<]+)</version>", pom)
+    return found.group(1) if found else None
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def release_built_for(group: str, artifact: str, spark_version: str) -> str | None:
+    """The newest release of a package with its own version numbers (Delta Lake) that is built
+    for ``spark_version``'s minor version: one built for another minor fails in Spark with
+    ``NoSuchMethodError``. None when there is none (or no network)."""
+    releases = sorted((v for v in _maven_versions(group, artifact) if re.fullmatch(r"\d+(\.\d+)*", v)),
+                      key=_release, reverse=True)
+    base = f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}"
+    for version in releases:
+        try:
+            with urllib.request.urlopen(f"{base}/{version}/{artifact}-{version}.pom", timeout=10) as answer:
+                built = built_for_spark(answer.read().decode())
+        except OSError:
+            return None
+        if built and _minor(built) == _minor(spark_version):
+            return version
+        if built and _release(_minor(built)) < _release(_minor(spark_version)):
+            return None  # older releases are built for older Sparks still
+    return None
+
+
 @dataclass(frozen=True)
 class Package:
-    """A Spark package on Maven Central, released with Spark's own version numbers, and a class
-    it holds (to tell whether a session has it)."""
+    """A Spark package on Maven Central, a class it holds (to tell whether a session has it),
+    and the session settings it needs (set when the session starts).
+
+    Spark's own packages are released with Spark's version numbers (``own_versions`` False);
+    a package with its own (Delta Lake) takes the release built for pyspark's Spark minor,
+    or the version its setting (``version_setting``) names."""
 
     group: str
     artifact: str
     probe_class: str
+    settings: tuple[tuple[str, str], ...] = ()
+    own_versions: bool = False
+    version_setting: config.Setting = config.SPARK_PACKAGE_VERSION
 
     @property
     def name(self) -> str:
@@ -74,21 +126,23 @@ class Package:
 
     @functools.cached_property
     def coordinate(self) -> str:
-        """group:artifact:version, the version matching the installed pyspark (``matching_release``;
-        ``HEADRACE_SPARK_PACKAGE_VERSION`` overrides it)."""
-        version = config.SPARK_PACKAGE_VERSION.get()
+        """group:artifact:version, the version matching the installed pyspark (``matching_release``
+        or ``release_built_for``; the package's setting overrides it)."""
+        version = self.version_setting.get()
+        if not version and self.own_versions:
+            version = release_built_for(self.group, self.artifact, _spark_version()) or "<none built for Spark " \
+                f"{_minor(_spark_version())}>"
         if not version:
-            url = f"{MAVEN_CENTRAL}/{self.group.replace('.', '/')}/{self.artifact}/maven-metadata.xml"
-            try:
-                with urllib.request.urlopen(url, timeout=10) as answer:
-                    versions = re.findall(r"<version>([^<]+)</version>", answer.read().decode())
-            except OSError:  # no network: Spark's resolver will say what it cannot find
-                versions = []
-            version = matching_release(versions, _spark_version())
+            version = matching_release(_maven_versions(self.group, self.artifact), _spark_version())
         return f"{self.name}:{version}"
 
 
 KAFKA = Package("org.apache.spark", "spark-sql-kafka-0-10_2.13", "org.apache.spark.sql.kafka010.KafkaSourceProvider")
+DELTA = Package("io.delta", "delta-spark_2.13", "org.apache.spark.sql.delta.sources.DeltaDataSource",
+                settings=(("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"),
+                          ("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")),
+                own_versions=True, version_setting=config.DELTA_VERSION)
+KNOWN = (KAFKA, DELTA)
 
 
 def jars_dir() -> str:
@@ -113,28 +167,40 @@ def fetched() -> dict[str, list[str]]:
 
 def session_settings(packages: Iterable[Package]) -> dict[str, str]:
     """The Spark settings that give a new session ``packages``: every jar of the fetched folder
-    when it has them all, otherwise ``spark.jars.packages``. Empty when none are needed and
+    when it has them all, otherwise ``spark.jars.packages``; and the settings of each package
+    the session then has (Delta's SQL extension and catalog). Empty when none are needed and
     nothing was fetched."""
     wanted = {p.name: p for p in packages}
     local = fetched()
     if local and all(name in local for name in wanted):
         files = sorted({f for jars in local.values() for f in jars})
-        return {"spark.jars": ",".join(files)}
-    return {"spark.jars.packages": ",".join(sorted(p.coordinate for p in wanted.values()))} if wanted else {}
+        present = [p for p in KNOWN if p.name in local]
+        return {"spark.jars": ",".join(files), **{k: v for p in present for k, v in p.settings}}
+    if not wanted:
+        return {}
+    return {"spark.jars.packages": ",".join(sorted(p.coordinate for p in wanted.values())),
+            **{k: v for p in wanted.values() for k, v in p.settings}}
 
 
 def how_to_get(package: Package) -> str:
+    settings = "".join(f", {key}={value}" for key, value in package.settings)
     return (f"run `bash scripts/fetch_jars.sh` (jars into {jars_dir()}), or let Spark fetch it: "
-            f"spark.jars.packages={package.coordinate}")
+            f"spark.jars.packages={package.coordinate}{settings}")
 
 
 def require(spark: Any, packages: Iterable[Package], who: str) -> None:
-    """Raise one clear line when the session lacks a package ``who`` (a step) needs."""
+    """Raise one clear line when the session lacks a package ``who`` (a step) needs, or a
+    setting that package needs at the session's start."""
     utils = spark.sparkContext._jvm.org.apache.spark.util.Utils
     for package in packages:
         if not utils.classIsLoadable(package.probe_class):
             raise SetupError(f"{who} needs the Spark package {package.coordinate}, which this Spark session "
                              f"does not have: {how_to_get(package)}")
+        for key, value in package.settings:
+            if value not in (spark.conf.get(key, "") or "").split(","):
+                raise SetupError(f"{who} needs the Spark setting {key}={value}, which this Spark session was "
+                                 "started without (it can only be set before the session starts): start the "
+                                 f"session with headrace's runner, or set it yourself; {how_to_get(package)}")
 
 
 def start_failure(exc: BaseException, settings: dict[str, str]) -> SetupError | None:

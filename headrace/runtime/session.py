@@ -54,20 +54,24 @@ def submitted_settings() -> dict[str, str]:
     return {key: value for key, value in SparkConf().getAll()}
 
 
+# Settings whose values from spark-submit and from headrace are joined (with this separator).
+JOINED_SETTINGS = {"spark.jars": ",", "spark.sql.extensions": ",", "spark.executor.extraJavaOptions": " "}
+
+
 def session_settings(master: str | None, packages: Iterable[Package]) -> dict[str, str]:
     """The settings of a new session. The master: ``master`` when given, else ``HEADRACE_MASTER``,
     else the one ``spark-submit`` was given, else ``local[*,4]``. Settings given to
     ``spark-submit`` win over headrace's defaults, except the jars, which are joined (a
-    connector's jars and the user's ``--jars``) and the executors' Java options, which too are
-    joined."""
+    connector's jars and the user's ``--jars``), the SQL extensions (Delta's and the user's) and
+    the executors' Java options, which too are joined."""
     submitted = submitted_settings()
     chosen = master or os.environ.get(config.MASTER.env) or submitted.get("spark.master") or default_master()
     settings = {**spark_defaults(chosen), **jars.session_settings(packages)}
     for key, value in submitted.items():
         if key == "spark.master":
             continue
-        if key in ("spark.jars", "spark.executor.extraJavaOptions") and settings.get(key):
-            value = f"{value}{',' if key == 'spark.jars' else ' '}{settings[key]}"
+        if key in JOINED_SETTINGS and settings.get(key) and settings[key] not in value:
+            value = f"{value}{JOINED_SETTINGS[key]}{settings[key]}"
         settings[key] = value
     return settings
 
