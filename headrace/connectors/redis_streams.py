@@ -1,0 +1,478 @@
+"""Redis Streams: a replayable source reading the entries of one or more streams (``XRANGE``).
+
+**Offsets.** ``{stream: last entry id}``, e.g. ``{"clicks": "1700000000000-3"}``: Spark logs the
+end offset before the batch runs, and the batch reads, per stream, the entries after the start id
+up to and including the end id (``XRANGE stream (start end``), never "whatever is there now", so a
+replayed batch reads exactly the same entries. Exactly-once while the entries are kept: an entry
+trimmed (``XTRIM``, ``MAXLEN``) or deleted before its batch committed is not read again. Nothing is
+written to Redis (no consumer group).
+
+**Batches.** ``latestOffset`` walks each stream from its start id on the server (a Lua script that
+returns entry ids only) up to ``max_records_per_batch`` entries per micro-batch, shared fairly
+between the streams, and notes every ``partition_records``-th id: each stream is one Spark
+partition, split there when larger. ``read`` fetches its range in chunks and yields Arrow batches.
+
+**Records.** ``format="json"``: the entry's field ``field`` (default ``data``) holds a JSON object,
+read against ``schema`` as JSON lines are (``headrace/connectors/file_formats/jsonl.py``);
+``format="fields"``: the entry's own fields are the record's, their text converted to the schema's
+types as CSV fields are (a missing field is null). Besides the schema's columns, every record has
+``redis_stream``, ``redis_id`` and ``redis_time`` (the millisecond part of the entry id, a
+timestamp: ``event_time="redis_time"`` uses it as event time). An entry that does not fit goes to
+the dead letters with ``<stream>/<entry id>`` as its position.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from headrace.connectors.base import DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext, stop_requested
+from headrace.connectors.file_formats.csv import TEXT_CONVERTERS
+from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
+from headrace.connectors.file_formats.reader import batch_schema
+from headrace.connectors.file_formats.values import convert_values, show
+from headrace.connectors.files_source import spark_schema
+from headrace.connectors.postgres import redact_dsn
+from headrace.errors import PlanError, SetupError, SourceError
+from headrace.schema import Schema, arrow_schema, arrow_type, schema_of, to_ddl
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+FORMATS = ("json", "fields")
+STARTS = ("earliest", "latest")
+METADATA: Schema = (("redis_stream", "string"), ("redis_id", "string"), ("redis_time", "timestamp"))
+DEFAULT_MAX_RECORDS = 100_000
+PARTITION_RECORDS = 50_000  # entries per Spark partition, at most
+CHUNK_ENTRIES = 10_000  # entries fetched per XRANGE call, and rows per Arrow batch
+FIRST_ID = "0-0"
+
+# Walks a stream after ARGV[1] up to ARGV[4] (inclusive; "+" for the end), at most ARGV[2] entries
+# (0: no cap), and returns {count, last id, every ARGV[3]-th id}; ARGV[5] entries were counted
+# before (the split points continue their count). Only ids leave the server.
+_PLAN_SCRIPT = """
+local after, cap, every, upto, before = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local count, last, result = 0, after, {0, after}
+while cap == 0 or count < cap do
+  local want = 1000
+  if cap > 0 and cap - count < want then want = cap - count end
+  local entries = redis.call('XRANGE', KEYS[1], '(' .. last, upto, 'COUNT', want)
+  for i = 1, #entries do
+    count = count + 1
+    last = entries[i][1]
+    if (before + count) % every == 0 then result[#result + 1] = last end
+  end
+  if #entries < want then break end
+end
+result[1], result[2] = count, last
+return result
+"""
+_NULL_LINE = re.compile(rb"^[ \t]*null[ \t]*$", re.MULTILINE)
+_JSON_FAST_TYPES = {"string", "long", "int", "double", "float", "boolean", "timestamp"}
+
+
+def entry_key(entry_id: str) -> tuple[int, int]:
+    """An entry id as a pair that sorts as Redis orders entries.
+
+    >>> entry_key("1700-2"), entry_key("999-10") < entry_key("1000-0")
+    ((1700, 2), True)
+    """
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _streams(streams: str | Sequence[str] | None) -> tuple[str, ...]:
+    if streams is None:
+        return ()
+    names = [s.strip() for s in (streams.split(",") if isinstance(streams, str) else streams)]
+    return tuple(n for n in names if n)
+
+
+def _client(url: str) -> Any:
+    try:
+        import redis
+    except ImportError:
+        raise SetupError("the Redis source needs the Python package redis: pip install 'headrace[redis]' "
+                         "(or pip install 'redis>=5')") from None
+    return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=60, decode_responses=False)
+
+
+def _failed(source: str, url: str, doing: str, exc: Exception) -> SourceError:
+    return SourceError(f"source {source!r}: Redis at {redact_dsn(url)}: {doing}: {exc}")
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", errors="replace")
+
+
+# ----------------------------------------------------------------------------------------
+# Entries to Arrow record batches.
+
+class EntryDecoder:
+    """Turns a chunk of one stream's entries, ``[(id, {field: value})]`` as bytes, into record
+    batches of the source's Arrow schema: good rows first, then dead letters."""
+
+    def __init__(self, options: dict[str, str], schema: Schema, stream: str) -> None:
+        self.schema, self.stream = schema, stream
+        self.format = options.get("format", "json")
+        self.field = options.get("field", "data").encode()
+        self.names = [name for name, _ in schema]
+        self.data = (*schema, *METADATA)
+        self.arrow = batch_schema(self.data, dead_letters=True)
+        self.fast_json = all(type_name in _JSON_FAST_TYPES for _, type_name in schema)
+
+    def batches(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> Iterator[pa.RecordBatch]:
+        ids = pa.array([entry_id for entry_id, _ in entries], pa.binary()).cast(pa.string())
+        dead: dict[int, tuple[str, str]] = {}  # row -> (raw, error)
+        columns = self._json(entries, dead) if self.format == "json" else self._fields(entries, dead)
+        kept = ids
+        if dead:
+            keep = pa.array([row for row in range(len(entries)) if row not in dead], pa.int64())
+            columns = [column.take(keep) for column in columns]
+            kept = ids.take(keep)
+        rows = len(kept)
+        if rows:
+            millis = pc.list_element(pc.split_pattern(kept, "-", max_splits=1), 0).cast(pa.int64())
+            times = pc.multiply(millis, 1000).cast(arrow_type("timestamp"))
+            nulls = [pa.nulls(rows, pa.int64()), *(pa.nulls(rows, pa.string()) for _ in DEAD_COLUMNS)]
+            yield pa.RecordBatch.from_arrays(
+                [*columns, pa.array([self.stream] * rows, pa.string()), kept, times, *nulls], schema=self.arrow)
+        if dead:
+            order = sorted(dead)
+            data = [pa.nulls(len(order), field.type) for field in self.arrow][:len(self.data) + 1]
+            yield pa.RecordBatch.from_arrays([
+                *data,
+                pa.array([dead[row][0] for row in order], pa.string()),
+                pa.array([dead[row][1] for row in order], pa.string()),
+                pa.array([f"{self.stream}/{ids[row]}" for row in order], pa.string()),
+            ], schema=self.arrow)
+
+    def _json(self, entries: list[tuple[bytes, dict[bytes, bytes]]], dead: dict[int, tuple[str, str]]
+              ) -> list[pa.Array]:
+        values = [fields.get(self.field) for _, fields in entries]
+        if self.fast_json:
+            columns = self._json_fast(values)
+            if columns is not None:
+                return columns
+        objects: list[dict[str, Any]] = []
+        for row, (value, (_, fields)) in enumerate(zip(values, entries)):
+            obj: Any = {}
+            if value is None:
+                raw = json.dumps({_text(k): _text(v) for k, v in fields.items()})
+                dead[row] = (raw, f"the entry has no field {_text(self.field)!r}")
+            else:
+                try:
+                    obj = json.loads(value)
+                except (ValueError, UnicodeDecodeError) as exc:
+                    dead[row] = (_text(value), f"invalid JSON ({exc})")
+                if row not in dead and type(obj) is not dict:
+                    dead[row] = (_text(value), f"expected a JSON object, got {show(obj)}")
+                    obj = {}
+            objects.append(obj)
+        errors: dict[int, str] = {}
+        columns = [convert_values(name, type_name, [o.get(name) for o in objects], JSON_CONVERTERS[type_name], errors)
+                   for name, type_name in self.schema]
+        for row, error in errors.items():
+            dead.setdefault(row, (_text(values[row] or b""), error))
+        return columns
+
+    def _json_fast(self, values: list[bytes | None]) -> list[pa.Array] | None:
+        """The columns through pyarrow's JSON reader, or None when it cannot take these values as
+        the slow path would (a missing field, a value spanning lines, a bad value...)."""
+        import pyarrow.json as pa_json
+
+        if None in values:
+            return None
+        block = b"\n".join(values)  # type: ignore[arg-type]
+        if block.count(b"\n") != len(values) - 1 or b"\r" in block or _NULL_LINE.search(block):
+            return None  # a value spanning lines, or a null (pyarrow reads it as a row of nulls)
+        try:
+            block.decode("utf-8")
+            table = pa_json.read_json(
+                io.BytesIO(block),
+                read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+                parse_options=pa_json.ParseOptions(explicit_schema=arrow_schema(self.schema),
+                                                   unexpected_field_behavior="ignore"))
+        except (pa.ArrowException, ValueError):
+            return None
+        if table.num_rows != len(values):
+            return None  # several objects in one value
+        return [table.column(name).combine_chunks() for name in self.names]
+
+    def _fields(self, entries: list[tuple[bytes, dict[bytes, bytes]]], dead: dict[int, tuple[str, str]]
+                ) -> list[pa.Array]:
+        texts: list[dict[str, str]] = []
+        for row, (_, fields) in enumerate(entries):
+            try:
+                texts.append({k.decode(): v.decode() for k, v in fields.items()})
+            except UnicodeDecodeError as exc:
+                raw = json.dumps({_text(k): _text(v) for k, v in fields.items()})
+                dead[row] = (raw, f"invalid UTF-8 ({exc.reason})")
+                texts.append({})
+        errors: dict[int, str] = {}
+        columns = [convert_values(name, type_name, [t.get(name) for t in texts], TEXT_CONVERTERS[type_name], errors)
+                   for name, type_name in self.schema]
+        for row, error in errors.items():
+            dead.setdefault(row, (json.dumps(texts[row]), error))
+        return columns
+
+
+# ----------------------------------------------------------------------------------------
+# Spark Python data source.
+
+class StreamRange(InputPartition):
+    """The entries of ``stream`` after ``after`` up to ``upto`` (an entry id, inclusive)."""
+
+    def __init__(self, stream: str, after: str, upto: str) -> None:
+        super().__init__((stream, after, upto))
+        self.stream, self.after, self.upto = stream, after, upto
+
+
+def _options_schema(options: dict[str, str]) -> Schema:
+    return schema_of([tuple(pair) for pair in json.loads(options.get("schema") or "[]")])
+
+
+class RedisStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.streams: list[str] = json.loads(options.get("streams", "[]"))
+        self.url = options.get("url", DEFAULT_URL)
+        self.start = options.get("start", "earliest")
+        cap = options.get("max_records_per_batch") or ""
+        self.max_records = int(cap) if cap.isdigit() else None
+        self.partition_records = int(options.get("partition_records", PARTITION_RECORDS))
+        self.source = options.get("hr_source", "redis")
+        self.schema = _options_schema(options)
+        self._redis: Any = None
+        self._script: Any = None
+        self._initial: dict[str, str] | None = None
+        self._splits: dict[tuple[str, str, str], list[str]] = {}  # split ids found by latestOffset
+
+    def _connect(self) -> Any:
+        if self._redis is None:
+            self._redis = _client(self.url)
+            self._script = self._redis.register_script(_PLAN_SCRIPT)
+        return self._redis
+
+    def _walk(self, stream: str, after: str, cap: int, upto: str, before: int) -> tuple[int, str, list[str]]:
+        """(entries walked, last id, split ids) of ``stream`` after ``after`` (see _PLAN_SCRIPT)."""
+        self._connect()
+        try:
+            reply = self._script(keys=[stream], args=[after, cap, self.partition_records, upto, before])
+        except Exception as exc:  # noqa: BLE001 - redis-py's errors, named in the message
+            raise _failed(self.source, self.url, f"cannot read the stream {stream!r}", exc) from None
+        return int(reply[0]), _text(reply[1]), [_text(i) for i in reply[2:]]
+
+    def initialOffset(self) -> dict:
+        # Spark calls this twice for a new query: "latest" must not move in between.
+        if self._initial is None:
+            self._initial = {stream: FIRST_ID for stream in self.streams}
+            if self.start == "latest":
+                client = self._connect()
+                for stream in self.streams:
+                    try:
+                        self._initial[stream] = _text(client.xinfo_stream(stream)["last-generated-id"])
+                    except Exception as exc:  # noqa: BLE001
+                        if "no such key" not in str(exc).lower():
+                            raise _failed(self.source, self.url, f"cannot read the stream {stream!r}", exc) from None
+        return dict(self._initial)
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        if stop_requested(self.options):
+            return start
+        self._splits.clear()  # Spark planned the batches of the offsets returned before
+        budget = self.max_records
+        max_rows = getattr(limit, "max_rows", None)
+        if max_rows is not None:
+            budget = int(max_rows) if budget is None else min(budget, int(max_rows))
+        first = {stream: str(start.get(stream, FIRST_ID)) for stream in self.streams}
+        last, walked = dict(first), dict.fromkeys(self.streams, 0)
+        splits: dict[str, list[str]] = {stream: [] for stream in self.streams}
+        open_streams = list(self.streams)
+        while open_streams and (budget is None or budget > 0):
+            share = 0 if budget is None else max(1, budget // len(open_streams))
+            still_open = []
+            for stream in open_streams:
+                if budget is not None and budget <= 0:
+                    break
+                count, last[stream], found = self._walk(stream, last[stream], share, "+", walked[stream])
+                walked[stream] += count
+                splits[stream].extend(found)
+                if budget is not None:
+                    budget -= count
+                if share and count == share:
+                    still_open.append(stream)  # it may have more
+            open_streams = still_open
+        for stream in self.streams:
+            if walked[stream]:
+                self._splits[(stream, first[stream], last[stream])] = splits[stream]
+        return {**start, **last}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        parts: list[InputPartition] = []
+        for stream in self.streams:
+            after = str(start.get(stream, FIRST_ID))
+            upto = str(end.get(stream, after))
+            if entry_key(upto) <= entry_key(after):
+                continue
+            splits = self._splits.pop((stream, after, upto), None)
+            if splits is None:  # a batch planned by another process (a restart): walk it again
+                splits = self._walk(stream, after, 0, upto, 0)[2]
+            bounds = [after, *(s for s in splits if s != upto), upto]
+            parts.extend(StreamRange(stream, lo, hi) for lo, hi in zip(bounds, bounds[1:]))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StreamRange)
+        client = _client(self.url)
+        decoder = EntryDecoder(self.options, self.schema, partition.stream)
+        after, upto = partition.after, partition.upto
+        try:
+            while entry_key(after) < entry_key(upto):
+                try:
+                    entries = client.xrange(partition.stream, f"({after}", upto, count=CHUNK_ENTRIES)
+                except Exception as exc:  # noqa: BLE001
+                    raise _failed(self.source, self.url, f"cannot read the stream {partition.stream!r}",
+                                  exc) from None
+                if not entries:
+                    break  # trimmed or deleted since the batch was planned
+                yield from decoder.batches(entries)
+                after = _text(entries[-1][0])
+                if len(entries) < CHUNK_ENTRIES:
+                    break
+        finally:
+            client.close()
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+
+
+class RedisDataSource(DataSource):
+    """Spark data source ``headrace_redis``; options as produced by ``Redis.options()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "headrace_redis"
+
+    def schema(self) -> str:
+        return spark_schema((*_options_schema(dict(self.options)), *METADATA), dead_letters=True)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return RedisStreamReader(dict(self.options))
+
+
+@dataclass(frozen=True, init=False)
+class Redis(SourceConnector):
+    """Entries of Redis streams, read with ``XRANGE`` from ``url``.
+
+    ``streams``: a stream name, a comma-separated list or a list. ``format``: "json" (the entry's
+    field ``field`` holds a JSON object) or "fields" (the entry's fields are the record's).
+    ``schema``: the record's fields (any form ``schema_of`` accepts); the source adds
+    ``redis_stream``, ``redis_id`` and ``redis_time``. ``start``: where a new pipeline starts,
+    "earliest" or "latest" (a restarted one continues from its checkpoint).
+    ``max_records_per_batch``: entries per micro-batch, shared between the streams (None: all
+    there are). ``partition_records``: entries per Spark partition at most (a stream's range is
+    split beyond it). Exactly-once while the entries are kept.
+    """
+
+    streams: tuple[str, ...]
+    data_schema: Schema
+    url: str
+    format: str
+    field: str
+    start: str
+    max_records_per_batch: int | None
+    partition_records: int
+
+    guarantee = Guarantee.EXACTLY_ONCE
+    emits_dead_letters = True
+
+    def __init__(self, streams: str | Sequence[str], *, schema: Any, url: str = DEFAULT_URL, format: str = "json",
+                 field: str = "data", start: str = "earliest",
+                 max_records_per_batch: int | None = DEFAULT_MAX_RECORDS,
+                 partition_records: int = PARTITION_RECORDS) -> None:
+        names = _streams(streams)
+        where = f"Redis({', '.join(names)})"
+        if not names:
+            raise PlanError("Redis(): give at least one stream name, e.g. Redis('clicks', schema=...)")
+        if len(set(names)) != len(names):
+            raise PlanError(f"{where}: a stream is named twice")
+        if format not in FORMATS:
+            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
+        if schema is None:
+            raise PlanError(f"{where}: needs schema=, e.g. schema='user string, amount long'")
+        if start not in STARTS:
+            raise PlanError(f"{where}: start={start!r} is not one of {', '.join(STARTS)}")
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise PlanError(f"{where}: url {redact_dsn(url)!r} is not a redis://, rediss:// or unix:// URL")
+        if format == "json" and not field:
+            raise PlanError(f"{where}: field= names the entry field holding the JSON object; it is empty")
+        if max_records_per_batch is not None and max_records_per_batch < 1:
+            raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
+        if partition_records < 1:
+            raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
+        data_schema = schema_of(schema, where)
+        taken = sorted({n for n, _ in data_schema} & {n for n, _ in METADATA})
+        if taken:
+            raise PlanError(f"{where}: the schema's field(s) {', '.join(taken)} clash with the source's own "
+                            f"columns {', '.join(n for n, _ in METADATA)}; rename them")
+        set_field = object.__setattr__
+        set_field(self, "streams", names)
+        set_field(self, "data_schema", data_schema)
+        set_field(self, "url", url)
+        set_field(self, "format", format)
+        set_field(self, "field", field)
+        set_field(self, "start", start)
+        set_field(self, "max_records_per_batch", max_records_per_batch)
+        set_field(self, "partition_records", partition_records)
+
+    def schema(self) -> Schema:
+        return (*self.data_schema, *METADATA)
+
+    def data_source(self) -> type:
+        return RedisDataSource
+
+    def options(self) -> dict[str, str]:
+        return {
+            "streams": json.dumps(list(self.streams)),
+            "url": self.url,
+            "format": self.format,
+            "field": self.field,
+            "schema": json.dumps([list(pair) for pair in self.data_schema]),
+            "start": self.start,
+            "max_records_per_batch": str(self.max_records_per_batch or ""),
+            "partition_records": str(self.partition_records),
+        }
+
+    def offset_identity(self) -> dict[str, Any]:
+        """An offset is an entry id per stream: the streams and how an entry becomes a record fix
+        what it means; the server's URL, where a new pipeline starts and batch sizes do not."""
+        return {"streams": list(self.streams), "format": self.format,
+                "field": self.field if self.format == "json" else None, "schema": to_ddl(self.data_schema)}
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "Redis", "streams": list(self.streams), "url": redact_dsn(self.url), "format": self.format,
+                "field": self.field if self.format == "json" else None, "schema": to_ddl(self.data_schema),
+                "start": self.start, "max_records_per_batch": self.max_records_per_batch,
+                "partition_records": self.partition_records,
+                "guarantee": self.guarantee.value, "dead_letters": True}
+
+    def prepare(self, context: SourceContext) -> None:
+        """Fail before Spark starts when the server cannot be reached."""
+        client = _client(self.url)
+        try:
+            client.ping()
+        except Exception as exc:  # noqa: BLE001
+            raise _failed(context.source_name, self.url, "cannot connect", exc) from None
+        finally:
+            client.close()
