@@ -5,9 +5,11 @@ checkpoint each time, and verify that the sink holds exactly the right windows.
     .venv/bin/python benchmarks/chaos.py --sink files --kills 20 --seed 7
     .venv/bin/python benchmarks/chaos.py --source kafka --sink postgres --kills 3
     .venv/bin/python benchmarks/chaos.py --source kafka --sink kafka --kills 20
+    .venv/bin/python benchmarks/chaos.py --source kafka --sink delta --kills 20
 
 (Kafka runs need a broker, ``bash scripts/kafka.sh start``, Spark's Kafka connector,
-``bash scripts/fetch_jars.sh``, and ``confluent-kafka``; ``--servers`` names another broker.)
+``bash scripts/fetch_jars.sh``, and ``confluent-kafka``; ``--servers`` names another broker.
+Delta runs need Delta's jars, from the same script.)
 
 The pipeline (a driver process of its own, started in a new session, so a kill takes the
 whole process group: Python, Spark's JVM and every Python worker)::
@@ -16,8 +18,9 @@ whole process group: Python, Spark's JVM and every Python worker)::
       or Kafka(a new topic of 2 partitions, JSON, max_records_per_batch = rows per batch)
       -> key_by(user_id) -> 10 ms tumbling event-time windows with allowed lateness
          (Spark's transformWithStateInPandas, RocksDB state) -> count
-      -> PostgreSQL (foreachBatch, a transaction per batch), Files (Spark's file sink)
-         or Kafka (a new topic, a Kafka transaction per batch, exactly-once)
+      -> PostgreSQL (foreachBatch, a transaction per batch), Files (Spark's file sink),
+         Kafka (a new topic, a Kafka transaction per batch, exactly-once)
+         or Delta (a new table, appended: a commit with the batch id's marker per batch)
 
 With ``--source kafka`` this command first produces the generator's events (the same
 ``user_id`` and ``event_time``, alternately to the two partitions) into a topic named after
@@ -33,7 +36,9 @@ Spark's commit log has not recorded yet (the batch is then replayed, and the sin
 it): PostgreSQL's ``headrace_sink_commits``, the file sink's ``_spark_metadata``, or the
 Kafka sink's consumer-group offset on ``headrace_sink_commits`` (batch id + 1, committed
 in the batch's transaction; read with a plain consumer, never the sink's own transactional
-producer, which would fence the running driver's). After the last kill the driver runs to
+producer, which would fence the running driver's), or the Delta table's transaction markers
+(read from its ``_delta_log`` JSON commits with plain Python, as are its rows: the
+Parquet files added and not removed). After the last kill the driver runs to
 the end of its input. The sink's rows (a Kafka topic read ``read_committed``) are then
 compared, as a multiset, with the windows computed here from the generator's events,
 without headrace.
@@ -114,6 +119,10 @@ class Setup:
         return self.name
 
     @property
+    def delta_table(self) -> str:
+        return os.path.join(self.work, "delta")
+
+    @property
     def source_topic(self) -> str:
         """The topic every driver of this run reads (``--source kafka``): named after the run."""
         return f"{self.name}_in"
@@ -148,6 +157,8 @@ def build_pipeline(setup: Setup) -> Any:
         counts.sink(SINK_STEP, hr.sinks.Postgres(setup.table, dsn=DSN))  # no key: a batch written twice shows
     elif setup.sink == "kafka":  # exactly-once: a transaction per batch
         counts.sink(SINK_STEP, hr.sinks.Kafka(setup.sink_topic, setup.servers, key="user_id"))
+    elif setup.sink == "delta":  # no key: a batch appended twice shows
+        counts.sink(SINK_STEP, hr.sinks.Delta(setup.delta_table))
     else:
         counts.sink(SINK_STEP, hr.sinks.Files(setup.files, format="jsonl"))
     return p
@@ -219,6 +230,40 @@ def sink_identity(setup: Setup) -> str | None:
     return None if found is None else f"{SINK_STEP}/{setup.name}@{found}"
 
 
+class DeltaLog:
+    """The actions of a Delta table's JSON commit files, read with plain Python (the chaos check
+    reads the table without headrace or Spark): ``new_actions`` yields those of the commits
+    not read before, in commit order."""
+
+    def __init__(self, table: str) -> None:
+        self.folder = os.path.join(table, "_delta_log")
+        self.read: set[str] = set()
+
+    def new_actions(self) -> list[dict[str, Any]]:
+        try:
+            names = sorted(n for n in os.listdir(self.folder) if n.endswith(".json") and n[:1].isdigit())
+        except FileNotFoundError:
+            return []
+        actions = []
+        for name in names:
+            if name in self.read:
+                continue
+            with open(os.path.join(self.folder, name)) as commit:  # written whole, by rename
+                actions += [json.loads(line) for line in commit if line.strip()]
+            self.read.add(name)
+        return actions
+
+    def live_files(self) -> list[str]:
+        """The data files of the table's latest version: added and not removed since."""
+        live: dict[str, None] = {}
+        for action in DeltaLog(os.path.dirname(self.folder)).new_actions():
+            if "add" in action:
+                live[action["add"]["path"]] = None
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+        return [os.path.join(os.path.dirname(self.folder), path) for path in live]
+
+
 class SinkCommits:
     """The last batch id the sink committed."""
 
@@ -227,10 +272,13 @@ class SinkCommits:
         self.conn: Any = None
         self.consumer: Any = None
         self.seen = -1
+        self.delta_log = DeltaLog(setup.delta_table)
 
     def last(self) -> int:
         if self.setup.sink == "kafka":
             return self._kafka_last()
+        if self.setup.sink == "delta":
+            return self._delta_last()
         if self.setup.sink == "files":  # Spark's file sink: one manifest file per committed batch
             try:
                 names = os.listdir(os.path.join(self.setup.files, "_spark_metadata"))
@@ -274,6 +322,18 @@ class SinkCommits:
             return self.seen
         if found.error is None and found.offset >= 0:
             self.seen = max(self.seen, found.offset - 1)
+        return self.seen
+
+    def _delta_last(self) -> int:
+        """The highest batch id among the Delta commits' transaction markers of the sink,
+        read from the table's log (new commit files only) without Spark."""
+        identity = sink_identity(self.setup)
+        if identity is None:
+            return -1
+        for action in self.delta_log.new_actions():
+            txn = action.get("txn")
+            if txn and txn.get("appId") == identity:
+                self.seen = max(self.seen, int(txn["version"]))
         return self.seen
 
     def close(self) -> None:
@@ -661,6 +721,14 @@ def written_windows(setup: Setup) -> Counter:
     if setup.sink == "kafka":
         return Counter((r["user_id"], _epoch_ms(r["window_start"]), r["count"])
                        for r in read_topic(setup, setup.sink_topic))
+    if setup.sink == "delta":
+        import pyarrow.parquet as pq
+
+        written: Counter = Counter()
+        for path in DeltaLog(setup.delta_table).live_files():
+            rows = pq.read_table(path, columns=["user_id", "window_start", "count"]).to_pylist()
+            written.update((r["user_id"], int(r["window_start"].timestamp() * 1000), r["count"]) for r in rows)
+        return written
     import psycopg
 
     with psycopg.connect(DSN) as conn:
@@ -784,7 +852,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", choices=["generator", "kafka"], default="generator",
                         help="the deterministic generator (default), or a new Kafka topic this command fills")
-    parser.add_argument("--sink", choices=["postgres", "files", "kafka"], default="postgres")
+    parser.add_argument("--sink", choices=["postgres", "files", "kafka", "delta"], default="postgres")
     parser.add_argument("--servers", default=KAFKA_SERVERS, help=f"Kafka's bootstrap servers (default {KAFKA_SERVERS})")
     parser.add_argument("--kills", type=int, default=3, help="how many times to SIGKILL the driver (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="seeds the kill moments and the generator")
