@@ -163,6 +163,56 @@ def test_postgres_replayed_batch_adds_nothing(spark, pg, table):
     assert commits_of(pg, f"{table}-step") == [(0,), (1,)]
 
 
+def test_postgres_batch_rows_are_loaded_by_the_executors_not_the_driver(spark, pg, table, monkeypatch):
+    """A 300,000-row batch of 3 partitions: no row is collected to the driver (toArrow and
+    toPandas would fail), every row arrives once, and the staging table is gone."""
+    from pyspark.sql import DataFrame
+
+    from headrace.connectors import postgres_staging as staging
+
+    def refused(*_args, **_kwargs):
+        raise AssertionError("the batch's rows were collected to the driver")
+
+    monkeypatch.setattr(DataFrame, "toArrow", refused)
+    monkeypatch.setattr(DataFrame, "toPandas", refused)
+    batch = spark.range(0, 300_000, numPartitions=3).selectExpr("concat('w', id % 1000) AS word", "id AS n")
+    sink = Postgres(table, dsn=PG_DSN).bind(table)
+    sink.write_batch(batch, 0)
+    sink.close()
+    assert pg.execute(f"SELECT count(*), count(DISTINCT n), sum(n) FROM {table}").fetchone() == (
+        300_000, 300_000, sum(range(300_000)))
+    assert pg.execute("SELECT to_regclass(%s)", (staging.stage_name(table, 0),)).fetchone()[0] is None
+
+
+def test_postgres_staging_a_partition_again_replaces_its_rows(pg):
+    """A task Spark runs again (a lost executor) loads its partition again: its rows are there once."""
+    import pyarrow as pa
+
+    from headrace.connectors import postgres_staging as staging
+    from headrace.connectors.postgres import _csv_ready
+
+    stage = staging.Stage(staging.stage_name(f"again-{uuid.uuid4()}", 0), ("word", "n"), ("text", "bigint"))
+    stage.create(pg)
+    rows = [pa.RecordBatch.from_pydict({"word": ["a", "b"], "n": [1, 2]})]
+    assert stage.load_partition(pg, 0, rows, _csv_ready) == 2
+    assert stage.load_partition(pg, 1, rows, _csv_ready) == 2
+    assert stage.load_partition(pg, 0, rows, _csv_ready) == 2  # partition 0 again
+    assert pg.execute(f'SELECT _hr_part, count(*) FROM "{stage.name}" GROUP BY 1 ORDER BY 1').fetchall() == [
+        (0, 2), (1, 2)]
+    pg.execute(f'DROP TABLE "{stage.name}"')
+
+
+def test_postgres_drops_staging_tables_a_killed_driver_left(spark, pg, table):
+    from headrace.connectors import postgres_staging as staging
+
+    sink = Postgres(table, dsn=PG_DSN).bind(f"{table}-left")
+    left = staging.Stage(staging.stage_name(sink.name, 7), ("word", "n"), ("text", "bigint"))
+    left.create(pg)
+    sink.prepare("unused")
+    sink.close()
+    assert pg.execute("SELECT to_regclass(%s)", (left.name,)).fetchone()[0] is None
+
+
 def test_postgres_upserts_by_key(spark, pg, table):
     sink = Postgres(table, dsn=PG_DSN, key="word").bind(table)
     sink.write_batch(words(spark, [("a", 1), ("b", 2)]), 0)

@@ -23,7 +23,6 @@ sink stops instead of creating it again and writing on, unless ``rewrite=True``.
 from __future__ import annotations
 
 import copy
-import io
 import json
 import re
 import warnings
@@ -32,18 +31,18 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from headrace.connectors import postgres_commits as commits
+from headrace.connectors import postgres_staging as staging
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
 from headrace.connectors.sink_step import SinkStep, step_name
-from headrace.errors import PlanError, SetupError, SinkError
+from headrace.errors import PlanError, SetupError, SinkError, raised_inside
 from headrace.schema import TYPE_ALIASES
 
 T = TypeVar("T")
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 CONNECT_TIMEOUT_S = 10
-COPY_CHUNK_ROWS = 65_536
 
 # SQLSTATE classes of errors worth another attempt: connection exception, transaction rollback
 # (serialization failure, deadlock), insufficient resources (too many connections), operator
@@ -314,6 +313,7 @@ class Postgres(SinkConnector):
 
     def _check_at_start(self) -> None:
         conn = self._ready()
+        staging.drop_leftovers(conn, self.name)
         lost = self._lost(conn, None)
         if lost:
             self._lost_rows(conn, lost, None)
@@ -335,16 +335,36 @@ class Postgres(SinkConnector):
             run_batch(df)  # a replay: write nothing, but read the batch, as Spark needs to commit its state
             return
         schema = df.schema
-        data = df.toArrow()
-        self._retrying(f"write batch {batch_id}", lambda: self._write_once(batch_id, columns, schema, data))
+        stage = staging.Stage(staging.stage_name(self.name, batch_id), tuple(columns), self._column_types(schema))
+        self._retrying(f"create the staging table of batch {batch_id}", lambda: stage.create(self._connect()))
+        try:
+            rows = staging.load(df, stage, lambda part, batches: self._load_partition(stage, part, batches))
+        except Exception as exc:
+            inner = raised_inside(str(exc), only=("SinkError",))
+            if inner is not None:  # a task could not load its rows: its message names the step
+                raise inner from None
+            raise
+        self._retrying(f"write batch {batch_id}", lambda: self._write_once(batch_id, columns, schema, stage, rows))
 
-    def _write_once(self, batch_id: int, columns: list[str], schema: Any, data: Any) -> None:
-        """One attempt: claim the batch id, check the table, load the rows, commit."""
+    def _load_partition(self, stage: staging.Stage, partition: int, batches: list[Any]) -> int:
+        """On an executor: load one partition's rows into the staging table (retried like the
+        driver's steps), on a connection of the task's own."""
+        try:
+            return self._retrying(f"stage partition {partition} of the batch in {stage.name}",
+                                  lambda: stage.load_partition(self._connect(), partition, batches, _csv_ready))
+        finally:
+            self.close()
+
+    def _write_once(self, batch_id: int, columns: list[str], schema: Any, stage: staging.Stage, rows: int) -> None:
+        """One attempt: claim the batch id, check the table, move the staged rows, commit; then
+        drop the staging table."""
         psycopg = _psycopg()
+        from psycopg import sql
+
         conn = self._ready()
         try:
             with conn.transaction():
-                if not commits.claim(conn, self.name, batch_id, data.num_rows, self.table):
+                if not commits.claim(conn, self.name, batch_id, rows, self.table):
                     raise psycopg.Rollback()  # committed before: a replay, or an attempt whose answer was lost
                 lost = self._lost(conn, batch_id)
                 if lost:
@@ -352,12 +372,13 @@ class Postgres(SinkConnector):
                 if self.create_table:
                     self._create_table(conn, schema)
                 self._check_target(conn, columns)
-                if data.num_rows:
-                    self._load(conn, columns, data)
+                if rows:
+                    self._move(conn, columns, stage)
         except psycopg.errors.InvalidColumnReference as exc:
             raise SinkError(f"{self._where()}: batch {batch_id}: table {self.table!r} has no primary key or unique "
                             f"index on {list(self.key)} ({_one_line(exc)}); add one or change key=") from None
-        if data.num_rows:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(stage.name)))
+        if rows:
             self._has_rows = True
 
     # -- rows committed before -------------------------------------------------
@@ -417,17 +438,23 @@ class Postgres(SinkConnector):
             raise SinkError(f"{self._where()}: key column(s) {missing} are not in the stream's columns "
                             f"{columns}; fix key= or add the columns")
 
-    def _create_table(self, conn: Any, schema: Any) -> None:
-        from psycopg import sql
-
-        definitions = []
+    def _column_types(self, schema: Any) -> tuple[str, ...]:
+        """The PostgreSQL type of each of the stream's columns (``pg_type``)."""
+        types = []
         for field in schema.fields:
             column_type = pg_type(field.dataType)
             if column_type is None:
                 raise SinkError(f"{self._where()}: column {field.name!r} has Spark type "
                                 f"{field.dataType.simpleString()}, which has no PostgreSQL column type here; "
                                 f"cast it to a string or create table {self.table!r} yourself")
-            definitions.append(sql.SQL("{} {}").format(sql.Identifier(field.name), sql.SQL(column_type)))
+            types.append(column_type)
+        return tuple(types)
+
+    def _create_table(self, conn: Any, schema: Any) -> None:
+        from psycopg import sql
+
+        definitions = [sql.SQL("{} {}").format(sql.Identifier(field.name), sql.SQL(column_type))
+                       for field, column_type in zip(schema.fields, self._column_types(schema))]
         if self.key:
             definitions.append(sql.SQL("PRIMARY KEY ({})").format(
                 sql.SQL(", ").join(sql.Identifier(k) for k in self.key)))
@@ -451,27 +478,23 @@ class Postgres(SinkConnector):
             raise SinkError(f"{self._where()}: table {self.table!r} has no column(s) {unknown} (it has "
                             f"{existing}); add them to the table or drop them from the stream")
 
-    def _load(self, conn: Any, columns: list[str], data: Any) -> None:
-        import pyarrow as pa
-        import pyarrow.csv as pa_csv
+    def _move(self, conn: Any, columns: list[str], stage: staging.Stage) -> None:
+        """Insert the staged rows into the target in the batch's order (upsert: the last row of a key wins)."""
         from psycopg import sql
 
-        stage = sql.Identifier("_hr_stage")
+        source = sql.Identifier(stage.name)
         target = sql.Identifier(*_table_parts(self.table))
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-        conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {}, 0::bigint AS _hr_ord "
-                             "FROM {} WITH NO DATA").format(stage, cols, target))
-        table = _csv_ready(data).append_column("_hr_ord", pa.array(range(data.num_rows), pa.int64()))
-        options = pa_csv.WriteOptions(include_header=False)
-        with conn.cursor() as cursor, cursor.copy(sql.SQL("COPY {} ({}, _hr_ord) FROM STDIN (FORMAT csv)")
-                                                  .format(stage, cols)) as copy_in:
-            for chunk in table.to_batches(max_chunksize=COPY_CHUNK_ROWS):
-                buffer = io.BytesIO()
-                pa_csv.write_csv(chunk, buffer, options)
-                copy_in.write(buffer.getbuffer())
+        types = dict(conn.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                                  "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+                                  (target.as_string(conn),)).fetchall())
+        # The staged columns have the stream's types; a target column of another type takes a cast.
+        values = sql.SQL(", ").join(sql.SQL("CAST({} AS {})").format(sql.Identifier(c), sql.SQL(types[c]))
+                                    for c in columns)
+        order = sql.SQL(f"{staging.PART_COLUMN}, {staging.ORDER_COLUMN}")
         if not self.key:
-            conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY _hr_ord")
-                         .format(target, cols, cols, stage))
+            conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY {}")
+                         .format(target, cols, values, source, order))
             return
         keys = sql.SQL(", ").join(sql.Identifier(k) for k in self.key)
         others = [c for c in columns if c not in self.key]
@@ -481,8 +504,10 @@ class Postgres(SinkConnector):
                 sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in others))
         else:
             action = sql.SQL("DO NOTHING")
-        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT DISTINCT ON ({}) {} FROM {} ORDER BY {}, _hr_ord DESC "
-                             "ON CONFLICT ({}) {}").format(target, cols, keys, cols, stage, keys, keys, action))
+        last_first = sql.SQL(f"{staging.PART_COLUMN} DESC, {staging.ORDER_COLUMN} DESC")
+        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT DISTINCT ON ({}) {} FROM {} ORDER BY {}, {} "
+                             "ON CONFLICT ({}) {}").format(target, cols, keys, values, source, keys, last_first,
+                                                           keys, action))
 
 
 def _json_value(value: Any, kind: Any) -> Any:
