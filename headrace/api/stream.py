@@ -36,6 +36,7 @@ from headrace.plan.nodes import (
     WindowAggregateNode,
 )
 from headrace.process import KeyedProcessFunction, check_process_function
+from headrace.runtime.admission import BatchDuration
 from headrace.runtime.runner import run
 from headrace.schema import PYTHON_TYPES, Schema, is_record_class, schema_of
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
@@ -54,9 +55,12 @@ class Pipeline:
     ``guarantee="exactly-once"`` makes building fail if a connector cannot give it.
     ``trigger="real-time"`` runs it in Spark's real-time mode (Kafka in, native steps, Kafka
     out: see ``explain()`` and docs/runtime.md); the default is ``"micro-batch"``.
+    ``batch_duration="2s"`` sizes the micro-batches of headrace's Python sources to take about
+    that long (adaptive admission control, ``headrace/runtime/admission.py``).
     """
 
-    def __init__(self, name: str, *, guarantee: str | None = None, trigger: str = MICRO_BATCH) -> None:
+    def __init__(self, name: str, *, guarantee: str | None = None, trigger: str = MICRO_BATCH,
+                 batch_duration: Any = None) -> None:
         if not name or not name.replace("-", "_").isidentifier():
             raise PlanError(f"pipeline name {name!r} must be a non-empty identifier (letters, digits, _ and -)")
         wanted = None
@@ -67,6 +71,9 @@ class Pipeline:
                 options = ", ".join(g.value for g in Guarantee)
                 raise PlanError(f"pipeline {name!r}: unknown guarantee {guarantee!r}; use one of {options}") from None
         self.plan = Plan(name, wanted, check_trigger(name, trigger))
+        self.plan.batch_duration = BatchDuration.of(batch_duration, f"pipeline {name!r}")
+        if self.plan.batch_duration is not None and self.plan.trigger != MICRO_BATCH:
+            raise PlanError(f"pipeline {name!r}: batch_duration sizes micro-batches; a {trigger} pipeline has none")
         self._counters: dict[str, int] = {}
 
     @property

@@ -51,6 +51,7 @@ from headrace.connectors.file_formats import FORMATS, READERS
 from headrace.connectors.file_formats.parquet import parquet_schema
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.errors import PlanError, SourceError
+from headrace.runtime.admission import backlog
 from headrace.schema import Schema, schema_of, to_ddl
 
 
@@ -106,7 +107,9 @@ class FileStreamReader(DataSourceStreamReader):
         self.bounded = options.get("bounded", "false").lower() == "true"
         self.schema = _options_schema(options)
         self.dead_letters = self.format != "parquet"
+        self.max_files = int(options["max_files_per_batch"]) if options.get("max_files_per_batch") else None
         self._marked = False
+        self._backlog: int | None = None
 
     def initialOffset(self) -> dict:
         return {"files": []}
@@ -128,13 +131,23 @@ class FileStreamReader(DataSourceStreamReader):
             raise SourceError(f"source {self.options.get('hr_source', 'files')!r}: cannot list the "
                               f"directory {self.path!r}: {exc}") from None
         seen = list(start["files"])
-        new = sorted(set(names) - set(seen))
+        # A bounded source takes the files of its first listing ("pending" until taken).
+        waiting = start.get("pending") if self.bounded else None
+        if waiting is None:
+            waiting = sorted(set(names) - set(seen))
+        taken, rest = (waiting, []) if self.max_files is None else (waiting[:self.max_files], waiting[self.max_files:])
+        self._backlog = len(rest)
         if self.bounded:
+            if rest:
+                return {"files": sorted(seen + taken), "pending": rest}
             self._exhausted()
-            return {"files": sorted(seen + new), FLUSHED: True}
-        if not new:
+            return {"files": sorted(seen + taken), FLUSHED: True}
+        if not taken:
             return start
-        return {"files": sorted(seen + new)}
+        return {"files": sorted(seen + taken)}
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._backlog is None else backlog(self._backlog, "files")
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         seen = set(start["files"])
@@ -179,8 +192,9 @@ class FileSource(SourceConnector):
     parquet it defaults to the schema of the first file. ``bounded`` reads the files
     present at start and ends; otherwise new files are picked up at every trigger.
     ``fail_fast`` raises on the first bad record instead of dead-lettering it.
-    ``csv_header``: the first CSV row names the columns. Exactly-once while the
-    files are kept unchanged.
+    ``csv_header``: the first CSV row names the columns. ``max_files_per_batch``: at
+    most this many files per micro-batch, in name order (default: all new files; a bounded
+    source then reads everything in one batch). Exactly-once while the files are kept unchanged.
     """
 
     path: str
@@ -189,12 +203,16 @@ class FileSource(SourceConnector):
     bounded_input: bool
     fail_fast: bool
     csv_header: bool
+    max_files_per_batch: int | None
 
     guarantee = Guarantee.EXACTLY_ONCE
 
     def __init__(self, path: str, format: str = "jsonl", schema: Any = None, *, bounded: bool = False,
-                 fail_fast: bool = False, csv_header: bool = True) -> None:
+                 fail_fast: bool = False, csv_header: bool = True, max_files_per_batch: int | None = None) -> None:
         where = f"FileSource({path!r})"
+        if max_files_per_batch is not None and (not isinstance(max_files_per_batch, int) or max_files_per_batch < 1):
+            raise PlanError(f"{where}: max_files_per_batch must be a whole number of at least 1, "
+                            f"got {max_files_per_batch!r}")
         if format not in FORMATS:
             raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
         if schema is None and format != "parquet":
@@ -206,6 +224,7 @@ class FileSource(SourceConnector):
         set_field(self, "bounded_input", bool(bounded))
         set_field(self, "fail_fast", bool(fail_fast))
         set_field(self, "csv_header", bool(csv_header))
+        set_field(self, "max_files_per_batch", max_files_per_batch)
 
     @property
     def bounded(self) -> bool:
@@ -246,11 +265,12 @@ class FileSource(SourceConnector):
             "bounded": str(self.bounded).lower(),
             "fail_fast": str(self.fail_fast).lower(),
             "csv_header": str(self.csv_header).lower(),
+            "max_files_per_batch": str(self.max_files_per_batch or ""),
         }
 
     def offset_identity(self) -> dict[str, Any]:
         """The offset lists file names: the directory, and how a file becomes records (format,
-        schema, CSV header), fix what it means. ``fail_fast`` does not."""
+        schema, CSV header), fix what it means. ``fail_fast`` and ``max_files_per_batch`` do not."""
         return {"path": self.path, "format": self.format, "schema": ", ".join(f"{n} {t}" for n, t in self.schema()),
                 "csv_header": self.csv_header}
 
@@ -259,6 +279,7 @@ class FileSource(SourceConnector):
             "type": "FileSource", "path": self.path, "format": self.format,
             "schema": to_ddl(self.data_schema) if self.data_schema else None,
             "bounded": self.bounded, "fail_fast": self.fail_fast, "csv_header": self.csv_header,
+            "max_files_per_batch": self.max_files_per_batch,
             "guarantee": self.guarantee.value, "dead_letters": self.emits_dead_letters,
         }
 

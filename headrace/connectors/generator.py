@@ -45,6 +45,7 @@ from headrace.connectors.base import (
     stop_requested,
 )
 from headrace.errors import PlanError
+from headrace.runtime.admission import adaptive_cap, backlog, combined_cap
 from headrace.schema import Schema, arrow_schema, arrow_type, to_ddl
 
 YSB_SCHEMA: Schema = (
@@ -301,6 +302,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
         self.start_ms = None if start_ms is None else int(start_ms)
         self.chunk_rows = int(options.get("arrow_batch_rows", CHUNK_ROWS))  # tuning knob, not in options()
         self._marked = False
+        self._backlog: int | None = None
 
     def initialOffset(self) -> dict:
         # Spark calls this more than once for a new query (before the first latestOffset and
@@ -321,19 +323,24 @@ class GeneratorStreamReader(DataSourceStreamReader):
         if stop_requested(self.options):
             return start
         produced, start_ms = int(start["offset"]), int(start["start_ms"])
-        latest = produced + self.rows_per_batch
         max_rows = getattr(limit, "max_rows", None)
-        if max_rows is not None:
-            latest = min(latest, produced + int(max_rows))
+        cap = combined_cap(self.rows_per_batch, adaptive_cap(self.options), None if max_rows is None else int(max_rows))
+        available = self.limit  # the events there are by now: None for an endless, unpaced generator
         if self.rate is not None:
-            latest = min(latest, int((time.time() * 1000 - start_ms) * self.rate // 1000))
-        if self.limit is not None:
-            latest = min(latest, self.limit)
+            due = int((time.time() * 1000 - start_ms) * self.rate // 1000)
+            available = due if available is None else min(available, due)
+        latest = produced + (cap or self.rows_per_batch)
+        if available is not None:
+            latest = min(latest, available)
+            self._backlog = max(0, available - latest)
         offset: dict[str, Any] = {"offset": max(latest, produced), "start_ms": start_ms}
         if self.limit is not None and offset["offset"] >= self.limit:
             offset[FLUSHED] = True
             self._exhausted()
         return offset
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._backlog is None else backlog(self._backlog)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         first, last = int(start["offset"]), int(end["offset"])

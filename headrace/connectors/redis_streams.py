@@ -42,6 +42,7 @@ from headrace.connectors.file_formats.values import convert_values, show
 from headrace.connectors.files_source import spark_schema
 from headrace.connectors.postgres import redact_dsn
 from headrace.errors import PlanError, SetupError, SourceError
+from headrace.runtime.admission import adaptive_cap, combined_cap
 from headrace.schema import Schema, arrow_schema, arrow_type, schema_of, to_ddl
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -287,10 +288,8 @@ class RedisStreamReader(DataSourceStreamReader):
         if stop_requested(self.options):
             return start
         self._splits.clear()  # Spark planned the batches of the offsets returned before
-        budget = self.max_records
         max_rows = getattr(limit, "max_rows", None)
-        if max_rows is not None:
-            budget = int(max_rows) if budget is None else min(budget, int(max_rows))
+        budget = combined_cap(self.max_records, adaptive_cap(self.options), None if max_rows is None else int(max_rows))
         first = {stream: str(start.get(stream, FIRST_ID)) for stream in self.streams}
         last, walked = dict(first), dict.fromkeys(self.streams, 0)
         splits: dict[str, list[str]] = {stream: [] for stream in self.streams}

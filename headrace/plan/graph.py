@@ -22,6 +22,7 @@ class Plan:
         self.name = name
         self.requested_guarantee = guarantee
         self.trigger = trigger  # "micro-batch" or "real-time" (headrace/spark/real_time.py)
+        self.batch_duration: Any = None  # adaptive admission's target (headrace/runtime/admission.py)
         self.nodes: dict[str, Node] = {}
 
     def add(self, node: Node) -> Node:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -25,19 +26,27 @@ DELIVERY_TIMEOUT_MS = 30_000
 class _Router(StreamingQueryListener):
     def __init__(self) -> None:
         self._inboxes: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
+        self._observers: dict[str, Callable[[dict[str, Any]], None]] = {}
         self._lock = threading.Lock()
 
-    def inbox(self, query_id: str) -> queue.SimpleQueue[dict[str, Any]]:
-        """A new inbox for ``query_id``: a run that follows a query gets its events from now on."""
+    def inbox(self, query_id: str, observer: Callable[[dict[str, Any]], None] | None = None
+              ) -> queue.SimpleQueue[dict[str, Any]]:
+        """A new inbox for ``query_id``: a run that follows a query gets its events from now on.
+        ``observer`` sees each report as it arrives, on the listener's thread (admission control
+        acts before the run reads its inbox)."""
         inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         with self._lock:
             self._inboxes[query_id] = inbox
+            self._observers.pop(query_id, None)
+            if observer is not None:
+                self._observers[query_id] = observer
         return inbox
 
     def forget(self, query_id: str, inbox: queue.SimpleQueue[dict[str, Any]]) -> None:
         with self._lock:
             if self._inboxes.get(query_id) is inbox:  # not a later run's
                 del self._inboxes[query_id]
+                self._observers.pop(query_id, None)
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -47,8 +56,12 @@ class _Router(StreamingQueryListener):
             progress = event.progress
             with self._lock:
                 inbox = self._inboxes.get(str(progress.id))
+                observer = self._observers.get(str(progress.id))
             if inbox is not None:
-                inbox.put(json.loads(progress.json))  # Spark's own JSON: what recentProgress gives
+                report = json.loads(progress.json)  # Spark's own JSON: what recentProgress gives
+                if observer is not None:
+                    observer(report)
+                inbox.put(report)
         except Exception:  # noqa: BLE001 - never fail Spark's listener bus; the run reads what arrived
             pass
 
@@ -73,9 +86,11 @@ def _router(spark: Any) -> _Router:
         return router
 
 
-def follow(spark: Any, query_id: str) -> queue.SimpleQueue[dict[str, Any]]:
-    """The inbox receiving the progress reports (Spark's JSON, as dicts) of query ``query_id``."""
-    return _router(spark).inbox(query_id)
+def follow(spark: Any, query_id: str, observer: Callable[[dict[str, Any]], None] | None = None
+           ) -> queue.SimpleQueue[dict[str, Any]]:
+    """The inbox receiving the progress reports (Spark's JSON, as dicts) of query ``query_id``,
+    each first shown to ``observer`` when given."""
+    return _router(spark).inbox(query_id, observer)
 
 
 def unfollow(spark: Any, query_id: str, inbox: queue.SimpleQueue[dict[str, Any]]) -> None:

@@ -52,13 +52,28 @@ def _partition_offsets(offset: Any) -> dict[tuple[str, str], int] | None:
     return positions
 
 
-def lag(source: dict[str, Any]) -> int | None:
-    """Records a partitioned source (Kafka) had beyond what the batch read, when Spark
-    planned it: its latest offsets minus the batch's end offsets. None for other sources."""
+def lag(source: dict[str, Any]) -> tuple[int, str] | None:
+    """What a source had beyond what the batch read, when Spark planned it, and its unit: a
+    Python source's reported backlog (``headrace/runtime/admission.py``), or a partitioned
+    source's (Kafka's) latest offsets minus the batch's end offsets. None when unknown.
+
+    >>> lag({"latestOffset": '{"backlog": 3, "unit": "files"}'})
+    (3, 'files')
+    >>> lag({"latestOffset": {"t": {"0": 10}}, "endOffset": {"t": {"0": 4}}})
+    (6, 'records')
+    """
+    reported = source.get("latestOffset")
+    if isinstance(reported, str):
+        try:
+            reported = json.loads(reported)
+        except ValueError:
+            reported = None
+    if isinstance(reported, dict) and isinstance(reported.get("backlog"), int):
+        return reported["backlog"], str(reported.get("unit", "records"))
     latest, end = _partition_offsets(source.get("latestOffset")), _partition_offsets(source.get("endOffset"))
     if latest is None or end is None:
         return None
-    return sum(max(0, position - end.get(partition, 0)) for partition, position in latest.items())
+    return sum(max(0, position - end.get(partition, 0)) for partition, position in latest.items()), "records"
 
 
 def summarise(progress: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +87,7 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     rows = (progress.get("numInputRows") or 0) - control
     batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
     lags = [behind for behind in map(lag, progress.get("sources") or ()) if behind is not None]
+    records, files = [n for n, unit in lags if unit == "records"], [n for n, unit in lags if unit == "files"]
     return {
         "batch": progress.get("batchId"),
         "input_rows": rows,
@@ -81,7 +97,8 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
         "late_rows_dropped": dropped,
         "dead_letters": _observed(progress, DEAD_LETTER_METRIC_PREFIX, "dead_letters"),
         "batch_ms": batch_ms,
-        "lag": sum(lags) if lags else None,
+        "lag": sum(records) if records else None,  # records the sources left for later batches
+        "lag_files": sum(files) if files else None,
     }
 
 
@@ -132,6 +149,7 @@ class ProgressDisplay:
                     f"watermark {figures['watermark'] or '-'} | state rows {figures['state_rows']} | "
                     f"dead letters {totals['dead_letters']} | late dropped {totals['late_rows_dropped']}")
             line += f" | lag {figures['lag']:,} records" if figures.get("lag") is not None else ""
+            line += f" | lag {figures['lag_files']:,} files" if figures.get("lag_files") is not None else ""
             line += f" | restarts {restarts}" if restarts else ""
             self._write(line, in_place=True)
 

@@ -23,6 +23,7 @@ from typing import Any
 from headrace import config
 from headrace.errors import HeadraceError
 from headrace.runtime import checkpoints, events, storage
+from headrace.runtime.admission import ADMISSION_FILE, AdmissionControl
 from headrace.runtime.checkpoints import pipeline_root, query_id, read_query_id
 from headrace.runtime.compatibility import record_plan, verify_restart
 from headrace.runtime.failures import classify
@@ -93,6 +94,7 @@ class PipelineRun:
         self._stop_asked = False
         self._halted = False
         self._halting: threading.Thread | None = None
+        self.admission: AdmissionControl | None = None
 
     @property
     def progress_log(self) -> list[dict[str, Any]]:
@@ -112,13 +114,16 @@ class PipelineRun:
         if self.remote:  # the same checks and files, through the session's Hadoop file system API
             self._open_remote_state()
         os.makedirs(self.run_dir, exist_ok=True)
-        for leftover in ("stop", "exhausted"):
+        for leftover in ("stop", "exhausted", ADMISSION_FILE):
             path = Path(self.run_dir) / leftover
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         if self._stop_asked:  # asked while the leftovers went: mark it again
             self._mark_stop()
+        if self.plan.batch_duration is not None:
+            self.admission = AdmissionControl(self.plan.batch_duration, self.run_dir)
         self._query_id = self._query_id or query_id(self.checkpoint)
-        self._inbox = events.follow(self._spark, self._query_id)
+        self._inbox = events.follow(self._spark, self._query_id,
+                                    self.admission.observe if self.admission is not None else None)
         try:
             self._start_query()
         except BaseException:
