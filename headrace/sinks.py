@@ -4,8 +4,10 @@ from headrace.connectors.console import Console
 from headrace.connectors.delta import Delta
 from headrace.connectors.files_sink import FileSink as Files
 from headrace.connectors.kafka_sink import Kafka
+from headrace.connectors.mqtt import MqttSink as Mqtt
 from headrace.connectors.null_sink import Null
 from headrace.connectors.postgres import Postgres
+from headrace.connectors.redis_sink import Redis
 from headrace.testing import TestSink
 
-__all__ = ["Console", "Delta", "Files", "Kafka", "Null", "Postgres", "TestSink"]
+__all__ = ["Console", "Delta", "Files", "Kafka", "Mqtt", "Null", "Postgres", "Redis", "TestSink"]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install (if missing) and start the services the tests use: PostgreSQL on 127.0.0.1:5432,
-# user postgres, trust auth for local TCP connections; Spark's Kafka connector jars
+# user postgres, trust auth for local TCP connections, wal_level=logical and wal2json
+# (scripts/postgres_logical.sh); Spark's Kafka connector jars
 # (scripts/fetch_jars.sh) and one Apache Kafka broker on 127.0.0.1:9092 (scripts/kafka.sh); Redis on
-# 127.0.0.1:6379 (scripts/redis.sh).
+# 127.0.0.1:6379 (scripts/redis.sh); Mosquitto
+# (MQTT) on 127.0.0.1:1883 (scripts/mosquitto.sh).
 # Safe to run any number of times.
 # Exits non-zero, saying why, when a service cannot be had (then its tests skip, or fail in CI).
 set -euo pipefail
@@ -83,7 +85,9 @@ ensure_database() {  # tests/test_sinks.py writes into the database "test"
 here=$(dirname "$0")
 status=0
 if start_postgres; then ensure_database test || status=1; else status=1; fi
+if pg_ready; then bash "$here/postgres_logical.sh" || status=1; fi  # wal_level=logical, wal2json
 if jars=$(bash "$here/fetch_jars.sh"); then say "Spark's connector jars are in $jars"; else status=1; fi
 if servers=$(bash "$here/kafka.sh" start); then say "Kafka is up on $servers"; else status=1; fi
 if url=$(bash "$here/redis.sh" start); then say "Redis is up on $url"; else status=1; fi
+if url=$(bash "$here/mosquitto.sh" start); then say "Mosquitto (MQTT) is up on $url"; else status=1; fi
 exit "$status"

@@ -1,0 +1,638 @@
+"""MQTT: a source (at-least-once, through a persistent session) and a sink (at-least-once).
+
+MQTT cannot replay: a broker hands each message of a subscription out once and forgets it
+when the client acknowledges it (``PUBACK``). So the source keeps what it hands to Spark.
+
+**Source, the subscriber.** The reader's methods (``latestOffset``, ``partitions``,
+``commit``) run in one long-lived Python process on the driver for the life of the query;
+there the reader starts a paho-mqtt client whose network thread receives the messages. It
+connects with MQTT 5, ``clean_start=False`` and a session expiry (``session_expiry``, 7 days
+by default), subscribes to ``topics`` at QoS 1 and acknowledges by hand (``manual_ack``):
+the broker keeps the session, its subscriptions and every QoS 1 message it has not
+acknowledged, also while the pipeline is stopped. The network thread only appends each
+message (topic, payload, arrival time, packet id) to an in-memory list under a lock.
+
+**Source, the spool and offsets.** ``latestOffset`` moves up to ``max_records_per_batch``
+received messages into a spool file ``<run dir>/mqtt/<source>/<first>-<last>.jsonl``
+(written, fsynced, renamed), numbering them on; the offset is ``{"seq": <last number>}``.
+Spark logs that offset before the batch runs, and ``partitions(start, end)`` reads the
+numbers after ``start`` up to ``end`` from the spool, so a replayed batch reads the same
+messages. The messages travel to the executors inside the partitions (no file is read
+there). ``commit(end)``, once Spark committed the batch, acknowledges its messages
+(``PUBACK``, in the order they arrived) and deletes their spool files: a message leaves
+the broker only after the batch that carried it has committed.
+
+**What is guaranteed.** Every QoS 1 message published to a subscribed topic after the
+session was first created is delivered to the pipeline at least once, while the session
+has not expired and the broker kept it (mosquitto: ``persistence true``, and a
+``max_queued_messages`` large enough for what arrives while the pipeline is away; beyond it
+the broker drops messages). A graceful stop delivers each message once: received messages
+not yet spooled are not acknowledged and come again after the restart. A message can be
+delivered twice when the driver dies (SIGKILL, a lost machine) after its batch committed
+and before its ``PUBACK`` reached the broker, or when the run dir (the spool) is lost with
+a batch in flight: the broker sends it again (``DUP``) on the next connection. The source
+recognises a resent message whose packet id, topic and payload match a spooled message not
+yet acknowledged and drops it, so a crash between spooling and commit does not duplicate;
+a resend that arrives after the spooled copy was acknowledged is delivered again. QoS 0
+messages (published at QoS 0) can be lost. The source declares at-least-once, and
+``Pipeline(..., guarantee="exactly-once")`` with it fails when built.
+
+**Limits.** The broker sends at most the client's receive maximum (65 535) messages it has
+not seen acknowledged, so a batch holds at most that many (``max_records_per_batch``).
+The spool lives on the driver's local disk, beside the checkpoint's run files.
+
+**Records.** ``format="json"``: the payload is a JSON object read against ``schema``;
+``format="raw"``: the record is the payload's bytes, ``payload``. Every record also has
+``mqtt_topic`` and ``mqtt_time`` (the arrival time at the subscriber, a timestamp). A payload
+that does not fit goes to the dead letters with ``<topic>#<seq>`` as its position.
+
+**Sink.** Each row is published as its JSON object (Spark's ``to_json``) to ``topic``, whose
+``{column}`` placeholders take the row's values, at QoS 1; the batch ends when the broker
+acknowledged every message. A replayed batch is published again: at-least-once.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from headrace.connectors.base import (
+    DEAD_COLUMNS,
+    Guarantee,
+    SinkConnector,
+    SourceConnector,
+    SourceContext,
+    stop_requested,
+)
+from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
+from headrace.connectors.file_formats.reader import batch_schema
+from headrace.connectors.file_formats.values import convert_values, show
+from headrace.connectors.files_source import spark_schema
+from headrace.connectors.postgres import redact_dsn
+from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.errors import PlanError, SetupError, SinkError, SourceError
+from headrace.schema import Schema, schema_of, to_ddl
+
+DEFAULT_URL = "mqtt://127.0.0.1:1883"
+FORMATS = ("json", "raw")
+METADATA: Schema = (("mqtt_topic", "string"), ("mqtt_time", "timestamp"))
+RAW_SCHEMA: Schema = (("payload", "binary"),)
+DEFAULT_MAX_RECORDS = 50_000
+RECEIVE_MAXIMUM = 65_535  # unacknowledged messages the broker may send us (MQTT 5's most)
+SESSION_EXPIRY_S = 7 * 24 * 3600
+PARTITION_MESSAGES = 20_000
+CONNECT_TIMEOUT_S = 10.0
+PUBLISH_TIMEOUT_S = 60.0
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+
+
+def _paho() -> Any:
+    try:
+        import paho.mqtt.client as mqtt
+    except ImportError:
+        raise SetupError("the MQTT connectors need the Python package paho-mqtt: pip install 'headrace[mqtt]' "
+                         "(or pip install 'paho-mqtt>=2')") from None
+    return mqtt
+
+
+def _address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or 1883
+
+
+def _check_url(url: Any, where: str) -> None:
+    if not isinstance(url, str) or urlsplit(url).scheme != "mqtt" or not urlsplit(url).hostname:
+        raise PlanError(f"{where}: url {redact_dsn(str(url))!r} is not an mqtt://host:port URL")
+
+
+def _connect(client: Any, url: str, properties: Any = None, clean_start: Any = True) -> None:
+    """Connect ``client`` and wait for the broker's CONNACK; raises ConnectionError saying why."""
+    connected = threading.Event()
+    outcome: list[Any] = []
+
+    def on_connect(_client: Any, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
+        outcome.append(reason)
+        connected.set()
+
+    client.on_connect = on_connect
+    parts = urlsplit(url)
+    if parts.username:
+        client.username_pw_set(parts.username, parts.password)
+    host, port = _address(url)
+    client.connect(host, port, keepalive=30, clean_start=clean_start, properties=properties)
+    client.loop_start()
+    if not connected.wait(CONNECT_TIMEOUT_S):
+        client.loop_stop()
+        raise ConnectionError(f"no answer (CONNACK) within {CONNECT_TIMEOUT_S:.0f} s")
+    if outcome[0].is_failure:
+        client.loop_stop()
+        raise ConnectionError(f"the broker refused the connection: {outcome[0]}")
+
+
+def probe(url: str) -> None:
+    """Connect to the broker with a throwaway clean session; raises ConnectionError or OSError."""
+    mqtt = _paho()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"hr-probe-{uuid.uuid4().hex[:12]}",
+                         protocol=mqtt.MQTTv5)
+    try:
+        _connect(client, url)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def session_id(client_id: str | None, run_dir: str, source: str) -> str:
+    """The persistent session's client id: ``client_id``, else one derived from the run dir (one
+    per pipeline state dir, the same after a restart) and the source's name."""
+    digest = hashlib.sha1(f"{os.path.abspath(run_dir)}\0{source}".encode()).hexdigest()[:20]
+    return client_id or "hr-" + digest
+
+
+def session(url: str, client_id: str, topics: Sequence[str], expiry: int, on_message: Any) -> Any:
+    """A client connected to the persistent session ``client_id`` (MQTT 5, clean_start False,
+    session expiry ``expiry`` s, receive maximum 65 535), subscribed to ``topics`` at QoS 1,
+    acknowledging by hand: what it does not acknowledge the broker sends again."""
+    mqtt = _paho()
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5,
+                         manual_ack=True)
+    if on_message is not None:
+        client.on_message = on_message
+    properties = Properties(PacketTypes.CONNECT)
+    properties.SessionExpiryInterval = expiry
+    properties.ReceiveMaximum = RECEIVE_MAXIMUM
+    _connect(client, url, properties, clean_start=False)
+    done = threading.Event()
+    granted: list[Any] = []
+
+    def on_subscribe(_client: Any, _userdata: Any, _mid: Any, reasons: Any, _properties: Any) -> None:
+        granted.extend(reasons)
+        done.set()
+
+    client.on_subscribe = on_subscribe
+    result, _ = client.subscribe([(topic, 1) for topic in topics])
+    if result != mqtt.MQTT_ERR_SUCCESS or not done.wait(CONNECT_TIMEOUT_S):
+        client.loop_stop()
+        raise ConnectionError(f"cannot subscribe to {', '.join(topics)} ({result})")
+    refused = [f"{topic} ({reason})" for topic, reason in zip(topics, granted) if reason.is_failure]
+    if refused:
+        client.disconnect()
+        client.loop_stop()
+        raise ConnectionError(f"the broker refused the subscription to {', '.join(refused)}")
+    return client
+
+
+# ----------------------------------------------------------------------------------------
+# Spool: the messages handed to Spark, until their batch commits.
+
+def _spool_name(first: int, last: int) -> str:
+    return f"{first:020d}-{last:020d}.jsonl"
+
+
+def _spool_range(name: str) -> tuple[int, int] | None:
+    match = re.fullmatch(r"(\d{20})-(\d{20})\.jsonl", name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+class Spool:
+    """Spool files ``<first>-<last>.jsonl`` of numbered messages in one folder."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def files(self) -> list[tuple[int, int, str]]:
+        if not os.path.isdir(self.folder):
+            return []
+        found = [(r[0], r[1], name) for name in os.listdir(self.folder) if (r := _spool_range(name))]
+        return sorted(found)
+
+    def last(self) -> int:
+        files = self.files()
+        return files[-1][1] if files else 0
+
+    def write(self, first: int, messages: list[dict[str, Any]]) -> None:
+        os.makedirs(self.folder, exist_ok=True)
+        name = _spool_name(first, first + len(messages) - 1)
+        temporary = os.path.join(self.folder, f".{name}.tmp")
+        with open(temporary, "w") as out:
+            for message in messages:
+                out.write(json.dumps(message) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, os.path.join(self.folder, name))
+        descriptor = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+    def read(self, after: int, upto: int) -> list[dict[str, Any]]:
+        """The messages numbered after ``after`` up to ``upto``, in order."""
+        messages: list[dict[str, Any]] = []
+        for first, last, name in self.files():
+            if last <= after or first > upto:
+                continue
+            with open(os.path.join(self.folder, name)) as spooled:
+                messages.extend(m for line in spooled if after < (m := json.loads(line))["seq"] <= upto)
+        return messages
+
+    def drop(self, upto: int) -> list[dict[str, Any]]:
+        """Delete the files of the messages numbered up to ``upto``; returns those messages."""
+        done: list[dict[str, Any]] = []
+        for _first, last, name in self.files():
+            if last <= upto:
+                path = os.path.join(self.folder, name)
+                with open(path) as spooled:
+                    done.extend(json.loads(line) for line in spooled)
+                os.unlink(path)
+        return done
+
+
+# ----------------------------------------------------------------------------------------
+# Messages to Arrow record batches.
+
+def decode(messages: list[dict[str, Any]], options: dict[str, str], schema: Schema) -> Iterator[pa.RecordBatch]:
+    """Spooled messages as record batches of the source's Arrow schema: good rows, then dead letters."""
+    raw = options.get("format") == "raw"
+    data = (*(RAW_SCHEMA if raw else schema), *METADATA)
+    arrow = batch_schema(data, dead_letters=True)
+    payloads = [base64.b64decode(m["payload"]) for m in messages]
+    dead: dict[int, tuple[str, str]] = {}
+    if raw:
+        columns = [pa.array(payloads, pa.binary())]
+    else:
+        objects: list[dict[str, Any]] = []
+        for row, payload in enumerate(payloads):
+            obj: Any = {}
+            try:
+                obj = json.loads(payload)
+            except (ValueError, UnicodeDecodeError) as exc:
+                dead[row] = (payload.decode("utf-8", errors="replace"), f"invalid JSON ({exc})")
+            if row not in dead and type(obj) is not dict:
+                dead[row] = (payload.decode("utf-8", errors="replace"), f"expected a JSON object, got {show(obj)}")
+                obj = {}
+            objects.append(obj)
+        errors: dict[int, str] = {}
+        columns = [convert_values(name, type_name, [o.get(name) for o in objects], JSON_CONVERTERS[type_name], errors)
+                   for name, type_name in schema]
+        for row, error in errors.items():
+            dead.setdefault(row, (payloads[row].decode("utf-8", errors="replace"), error))
+    keep = [row for row in range(len(messages)) if row not in dead]
+    if keep:
+        take = pa.array(keep, pa.int64())
+        rows = len(keep)
+        topics = pa.array([messages[row]["topic"] for row in keep], pa.string())
+        times = pa.array([messages[row]["time"] * 1000 for row in keep], pa.int64()).cast(arrow.field("mqtt_time").type)
+        nulls = [pa.nulls(rows, pa.int64()), *(pa.nulls(rows, pa.string()) for _ in DEAD_COLUMNS)]
+        yield pa.RecordBatch.from_arrays([*(c.take(take) for c in columns), topics, times, *nulls], schema=arrow)
+    if dead:
+        order = sorted(dead)
+        empty = [pa.nulls(len(order), field.type) for field in arrow][:len(data) + 1]
+        yield pa.RecordBatch.from_arrays([
+            *empty,
+            pa.array([dead[row][0] for row in order], pa.string()),
+            pa.array([dead[row][1] for row in order], pa.string()),
+            pa.array([f"{messages[row]['topic']}#{messages[row]['seq']}" for row in order], pa.string()),
+        ], schema=arrow)
+
+
+# ----------------------------------------------------------------------------------------
+# Spark Python data source.
+
+class SpooledMessages(InputPartition):
+    """The messages of a batch (or of a part of it), carried to the executor that reads them."""
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        super().__init__(len(messages))
+        self.messages = messages
+
+
+def _options_schema(options: dict[str, str]) -> Schema:
+    return schema_of([tuple(pair) for pair in json.loads(options.get("schema") or "[]")])
+
+
+class MqttStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.url = options.get("url", DEFAULT_URL)
+        self.topics: list[str] = json.loads(options.get("topics", "[]"))
+        self.source = options.get("hr_source", "mqtt")
+        self.schema = _options_schema(options)
+        cap = options.get("max_records_per_batch") or ""
+        self.max_records = min(int(cap) if cap.isdigit() else RECEIVE_MAXIMUM, RECEIVE_MAXIMUM)
+        run_dir = options.get("hr_run_dir") or ""
+        self.client_id = session_id(options.get("client_id"), run_dir, self.source)
+        self.session_expiry = int(options.get("session_expiry", SESSION_EXPIRY_S))
+        self.spool = Spool(os.path.join(run_dir or ".", "mqtt", self.source))
+        self._started = False
+
+    def __getstate__(self) -> dict[str, Any]:  # executors get the reader without its subscriber
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")} | {"_started": False}
+
+    def _start(self) -> None:
+        """Start the subscriber (once, on the driver): a persistent session, QoS 1, manual acks."""
+        if self._started:
+            return
+        self._lock = threading.Lock()
+        self._received: list[dict[str, Any]] = []
+        # Spooled messages not yet acknowledged, by packet id: a resend of one is dropped.
+        self._unacked = {m["mid"]: (m["topic"], m["payload"]) for m in self.spool.read(0, self.spool.last())}
+        try:
+            self._client = session(self.url, self.client_id, self.topics, self.session_expiry, self._on_message)
+        except (OSError, ConnectionError) as exc:
+            raise SourceError(f"source {self.source!r}: MQTT broker at {redact_dsn(self.url)}: cannot subscribe: "
+                              f"{exc}") from None
+        self._started = True
+
+    def _on_message(self, _client: Any, _userdata: Any, message: Any) -> None:
+        payload = base64.b64encode(message.payload).decode()
+        with self._lock:
+            if message.dup and self._unacked.get(message.mid) == (message.topic, payload):
+                return  # a resend of a spooled message: acknowledged when its batch commits
+            self._received.append({"topic": message.topic, "payload": payload, "time": int(time.time() * 1000),
+                                   "mid": message.mid, "qos": message.qos})
+
+    def initialOffset(self) -> dict:
+        self._start()
+        return {"seq": 0}
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        self._start()
+        if stop_requested(self.options):
+            return start
+        first = max(int(start.get("seq", 0)), self.spool.last()) + 1  # spooled before a crash: covered too
+        cap = self.max_records
+        if getattr(limit, "max_rows", None) is not None:
+            cap = max(1, min(cap, int(limit.max_rows)))
+        with self._lock:
+            taken, self._received = self._received[:cap], self._received[cap:]
+        if taken:
+            for number, message in enumerate(taken):
+                message["seq"] = first + number
+            self.spool.write(first, taken)
+            with self._lock:
+                self._unacked.update((m["mid"], (m["topic"], m["payload"])) for m in taken)
+        return {"seq": first - 1 + len(taken)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        messages = self.spool.read(int(start.get("seq", 0)), int(end.get("seq", 0)))
+        return [SpooledMessages(messages[i:i + PARTITION_MESSAGES])
+                for i in range(0, len(messages), PARTITION_MESSAGES)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SpooledMessages)
+        if partition.messages:
+            yield from decode(partition.messages, self.options, self.schema)
+
+    def commit(self, end: dict) -> None:
+        """The batch up to ``end`` committed: acknowledge its messages, in order, and drop them."""
+        self._start()
+        done = self.spool.drop(int(end.get("seq", 0)))
+        with self._lock:
+            for message in done:
+                self._unacked.pop(message["mid"], None)
+                if message.get("qos", 1):
+                    self._client.ack(message["mid"], 1)
+
+    def stop(self) -> None:
+        if self._started:
+            self._client.disconnect()
+            self._client.loop_stop()
+            self._started = False
+
+
+class MqttDataSource(DataSource):
+    """Spark data source ``headrace_mqtt``; options as produced by ``Mqtt.options()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "headrace_mqtt"
+
+    def schema(self) -> str:
+        options = dict(self.options)
+        data = RAW_SCHEMA if options.get("format") == "raw" else _options_schema(options)
+        return spark_schema((*data, *METADATA), dead_letters=True)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return MqttStreamReader(dict(self.options))
+
+
+def _topics(topics: str | Sequence[str]) -> tuple[str, ...]:
+    names = [t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics)]
+    return tuple(n for n in names if n)
+
+
+@dataclass(frozen=True, init=False)
+class Mqtt(SourceConnector):
+    """Messages of MQTT topics (filters with ``+`` and ``#`` allowed), at least once.
+
+    ``schema``: the JSON object's fields (``format="json"``); ``format="raw"`` gives the
+    payload's bytes as ``payload`` instead. ``url``: ``mqtt://[user:password@]host:port``.
+    ``client_id``: the persistent session's client id (default: derived from the pipeline's
+    state dir and the source's name, stable across restarts). ``session_expiry``: seconds the
+    broker keeps the session while no pipeline is connected. ``max_records_per_batch``:
+    messages per micro-batch, at most 65 535. See the module's docstring for the guarantee.
+    """
+
+    topics: tuple[str, ...]
+    data_schema: Schema
+    url: str
+    client_id: str | None
+    format: str
+    session_expiry: int
+    max_records_per_batch: int
+
+    guarantee = Guarantee.AT_LEAST_ONCE
+    emits_dead_letters = True
+
+    def __init__(self, topics: str | Sequence[str], *, schema: Any = None, url: str = DEFAULT_URL,
+                 client_id: str | None = None, format: str = "json", session_expiry: int = SESSION_EXPIRY_S,
+                 max_records_per_batch: int = DEFAULT_MAX_RECORDS) -> None:
+        names = _topics(topics) if isinstance(topics, (str, list, tuple)) else ()
+        where = f"Mqtt({', '.join(names)})"
+        if not names:
+            raise PlanError("Mqtt(): give at least one topic, e.g. Mqtt('sensors/+/temperature', schema=...)")
+        if format not in FORMATS:
+            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
+        if format == "json" and schema is None:
+            raise PlanError(f"{where}: needs schema=, e.g. schema='device string, celsius double'")
+        if format == "raw" and schema is not None:
+            raise PlanError(f"{where}: format='raw' gives the payload's bytes as 'payload'; drop schema=")
+        _check_url(url, where)
+        if client_id is not None and (not isinstance(client_id, str) or not client_id):
+            raise PlanError(f"{where}: client_id must be a non-empty string, got {client_id!r}")
+        if not isinstance(session_expiry, int) or session_expiry < 1:
+            raise PlanError(f"{where}: session_expiry must be a number of seconds, at least 1, got {session_expiry!r}")
+        if not isinstance(max_records_per_batch, int) or not 1 <= max_records_per_batch <= RECEIVE_MAXIMUM:
+            raise PlanError(f"{where}: max_records_per_batch must be between 1 and {RECEIVE_MAXIMUM}, got "
+                            f"{max_records_per_batch!r}")
+        data_schema = RAW_SCHEMA if format == "raw" else schema_of(schema, where)
+        taken = sorted({n for n, _ in data_schema} & {n for n, _ in METADATA})
+        if taken:
+            raise PlanError(f"{where}: the schema's field(s) {', '.join(taken)} clash with the source's own "
+                            f"columns {', '.join(n for n, _ in METADATA)}; rename them")
+        set_field = object.__setattr__
+        set_field(self, "topics", names)
+        set_field(self, "data_schema", data_schema)
+        set_field(self, "url", url)
+        set_field(self, "client_id", client_id)
+        set_field(self, "format", format)
+        set_field(self, "session_expiry", session_expiry)
+        set_field(self, "max_records_per_batch", max_records_per_batch)
+
+    def schema(self) -> Schema:
+        return (*self.data_schema, *METADATA)
+
+    def data_source(self) -> type:
+        return MqttDataSource
+
+    def options(self) -> dict[str, str]:
+        return {"topics": json.dumps(list(self.topics)), "url": self.url, "client_id": self.client_id or "",
+                "format": self.format, "schema": json.dumps([list(p) for p in self.data_schema]),
+                "session_expiry": str(self.session_expiry), "max_records_per_batch": str(self.max_records_per_batch)}
+
+    def offset_identity(self) -> dict[str, Any]:
+        """An offset numbers the messages spooled by this source's session: its topics and
+        client id fix what it means."""
+        return {"topics": list(self.topics), "client_id": self.client_id}
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "Mqtt", "topics": list(self.topics), "url": redact_dsn(self.url), "format": self.format,
+                "schema": to_ddl(self.data_schema), "client_id": self.client_id,
+                "max_records_per_batch": self.max_records_per_batch, "guarantee": self.guarantee.value,
+                "session": f"persistent (expires {self.session_expiry} s after the pipeline disconnects), QoS 1",
+                "dead_letters": True}
+
+    def prepare(self, context: SourceContext) -> None:
+        """Before Spark starts: fail when the broker cannot be reached, and create the persistent
+        session with its subscriptions, so that the broker keeps every message published from
+        now on for the pipeline (this connection acknowledges nothing)."""
+        try:
+            client = session(self.url, session_id(self.client_id, context.run_dir, context.source_name), self.topics,
+                             self.session_expiry, None)
+        except (OSError, ConnectionError) as exc:
+            raise SourceError(f"source {context.source_name!r}: MQTT broker at {redact_dsn(self.url)}: cannot "
+                              f"connect: {exc}") from None
+        client.disconnect()
+        client.loop_stop()
+
+
+# ----------------------------------------------------------------------------------------
+# Sink.
+
+class MqttSink(SinkConnector):
+    """Publish each row as its JSON object to ``topic`` (``{column}`` placeholders take the
+    row's values; ``key`` column(s) add their values as further topic levels), at QoS
+    ``qos`` (1: the broker acknowledges each message, and the batch waits for every ack).
+    At-least-once: a replayed batch is published again."""
+
+    native_format = None
+
+    def __init__(self, topic: str, *, url: str = DEFAULT_URL, qos: int = 1, key: str | Sequence[str] | None = None,
+                 retain: bool = False) -> None:
+        if not isinstance(topic, str) or not topic or any(c in topic for c in "+#"):
+            raise PlanError(f"Mqtt sink: topic must be a topic name without wildcards (+, #), got {topic!r}")
+        where = f"Mqtt sink for topic {topic!r}"
+        _check_url(url, where)
+        if qos not in (0, 1):
+            raise PlanError(f"{where}: qos must be 0 or 1 (at-least-once needs 1), got {qos!r}")
+        keys = (key,) if isinstance(key, str) else tuple(key or ())
+        if not all(isinstance(k, str) and k for k in keys):
+            raise PlanError(f"{where}: key must be a column name or a list of column names, got {key!r}")
+        self.topic, self.url, self.qos, self.key, self.retain = topic, url, qos, keys, bool(retain)
+        self.placeholders = tuple(dict.fromkeys(_PLACEHOLDER.findall(topic)))
+        self._step: SinkStep | None = None
+        self._client: Any = None
+
+    @property
+    def guarantee(self) -> Guarantee:  # type: ignore[override]
+        return Guarantee.AT_LEAST_ONCE if self.qos == 1 else Guarantee.AT_MOST_ONCE
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None}
+
+    def bind(self, identity: str, defined_at: str = "") -> MqttSink:
+        bound = copy.copy(self)
+        bound._step, bound._client = SinkStep(step_name(identity), defined_at), None
+        return bound
+
+    def _where(self) -> str:
+        return str(self._step or SinkStep(self.topic))
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "Mqtt", "topic": self.topic, "url": redact_dsn(self.url), "qos": self.qos,
+                "key": list(self.key) or None, "guarantee": self.guarantee.value}
+
+    def _connected(self) -> Any:
+        if self._client is None:
+            mqtt = _paho()
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"hr-sink-{uuid.uuid4().hex[:12]}",
+                                 protocol=mqtt.MQTTv5)
+            client.max_queued_messages_set(0)
+            client.max_inflight_messages_set(1000)
+            try:
+                _connect(client, self.url)
+            except (OSError, ConnectionError) as exc:
+                raise SinkError(f"{self._where()}: MQTT broker at {redact_dsn(self.url)}: cannot connect: {exc}") \
+                    from None
+            self._client = client
+        return self._client
+
+    def prepare(self, run_dir: str) -> None:
+        self._connected()
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.disconnect()
+            client.loop_stop()
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        columns = list(df.columns)
+        missing = [c for c in (*self.placeholders, *self.key) if c not in columns]
+        if missing:
+            raise SinkError(f"{self._where()}: the topic's placeholders or key name column(s) {missing} that are "
+                            f"not in the stream's columns {columns}")
+        names = [*self.placeholders, *self.key]
+        table = df.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns])).alias("_hr_value"),
+                          *[F.col(f"`{c}`").cast("string").alias(f"_hr_{n}") for n, c in enumerate(names)]).toArrow()
+        values = table.column("_hr_value").to_pylist()
+        parts = [table.column(f"_hr_{n}").to_pylist() for n in range(len(names))]
+        client = self._connected()
+        sent = []
+        for row, value in enumerate(values):
+            found = {name: parts[n][row] for n, name in enumerate(names)}
+            topic = _PLACEHOLDER.sub(lambda m, found=found: str(found[m.group(1)]), self.topic)  # type: ignore[misc]
+            topic = "/".join([topic, *(str(found[k]) for k in self.key)])
+            sent.append(client.publish(topic, value, qos=self.qos, retain=self.retain))
+        deadline = time.monotonic() + PUBLISH_TIMEOUT_S
+        for info in sent:
+            try:
+                info.wait_for_publish(max(0.1, deadline - time.monotonic()))
+            except (RuntimeError, ValueError) as exc:
+                self.close()
+                raise SinkError(f"{self._where()}: batch {batch_id}: cannot publish to MQTT broker at "
+                                f"{redact_dsn(self.url)}: {exc}") from None
+            if not info.is_published():
+                self.close()
+                raise SinkError(f"{self._where()}: batch {batch_id}: MQTT broker at {redact_dsn(self.url)} did not "
+                                f"acknowledge {sum(not i.is_published() for i in sent)} of {len(sent)} messages within "
+                                f"{PUBLISH_TIMEOUT_S:.0f} s")
