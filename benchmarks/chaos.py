@@ -6,6 +6,8 @@ checkpoint each time, and verify that the sink holds exactly the right windows.
     .venv/bin/python benchmarks/chaos.py --source kafka --sink postgres --kills 3
     .venv/bin/python benchmarks/chaos.py --source kafka --sink kafka --kills 20
     .venv/bin/python benchmarks/chaos.py --source kafka --sink delta --kills 20
+    .venv/bin/python benchmarks/chaos.py --source redis --sink redis --kills 20
+    .venv/bin/python benchmarks/chaos.py --source postgres-cdc --sink postgres --kills 20
 
 (Kafka runs need a broker, ``bash scripts/kafka.sh start``, Spark's Kafka connector,
 ``bash scripts/fetch_jars.sh``, and ``confluent-kafka``; ``--servers`` names another broker.
@@ -21,6 +23,10 @@ whole process group: Python, Spark's JVM and every Python worker)::
       -> PostgreSQL (foreachBatch, a transaction per batch), Files (Spark's file sink),
          Kafka (a new topic, a Kafka transaction per batch, exactly-once)
          or Delta (a new table, appended: a commit with the batch id's marker per batch)
+
+With ``--source redis`` or ``--source postgres-cdc`` the events and the final record go
+into a new Redis stream or PostgreSQL table first (``benchmarks/chaos_systems.py``), and the
+run ends the same way, once a committed batch's watermark passed the final record.
 
 With ``--source kafka`` this command first produces the generator's events (the same
 ``user_id`` and ``event_time``, alternately to the two partitions) into a topic named after
@@ -78,6 +84,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import chaos_systems as systems  # noqa: E402
+
 DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 WINDOW_MS = 10
 LATENESS_MS = 5
@@ -124,7 +132,7 @@ class Setup:
 
     @property
     def source_topic(self) -> str:
-        """The topic every driver of this run reads (``--source kafka``): named after the run."""
+        """The topic, stream or table every driver of this run reads: named after the run."""
         return f"{self.name}_in"
 
     @property
@@ -143,9 +151,15 @@ def build_pipeline(setup: Setup) -> Any:
     import headrace as hr
 
     p = hr.Pipeline(setup.name)
+    schema = "user_id string, event_time timestamp"
     if setup.source == "kafka":
-        source: Any = hr.sources.Kafka(setup.source_topic, schema="user_id string, event_time timestamp",
-                                       servers=setup.servers, max_records_per_batch=setup.rows_per_batch)
+        source: Any = hr.sources.Kafka(setup.source_topic, schema=schema, servers=setup.servers,
+                                       max_records_per_batch=setup.rows_per_batch)
+    elif setup.source == "redis":
+        source = hr.sources.Redis(setup.source_topic, schema=schema, max_records_per_batch=setup.rows_per_batch)
+    elif setup.source == "postgres-cdc":
+        source = hr.sources.PostgresChanges(setup.source_topic, slot=setup.name, schema=schema,
+                                            max_records_per_batch=setup.rows_per_batch)
     else:
         source = hr.sources.Generator("clicks", limit=setup.events, rows_per_batch=setup.rows_per_batch,
                                       seed=setup.seed)
@@ -159,6 +173,8 @@ def build_pipeline(setup: Setup) -> Any:
         counts.sink(SINK_STEP, hr.sinks.Kafka(setup.sink_topic, setup.servers, key="user_id"))
     elif setup.sink == "delta":  # no key: a batch appended twice shows
         counts.sink(SINK_STEP, hr.sinks.Delta(setup.delta_table))
+    elif setup.sink == "redis":  # stream entries: a batch appended twice shows
+        counts.sink(SINK_STEP, hr.sinks.Redis(stream=setup.sink_topic))
     else:
         counts.sink(SINK_STEP, hr.sinks.Files(setup.files, format="jsonl"))
     return p
@@ -279,6 +295,9 @@ class SinkCommits:
             return self._kafka_last()
         if self.setup.sink == "delta":
             return self._delta_last()
+        if self.setup.sink == "redis":
+            identity = sink_identity(self.setup)
+            return -1 if identity is None else systems.redis_commit(identity)
         if self.setup.sink == "files":  # Spark's file sink: one manifest file per committed batch
             try:
                 names = os.listdir(os.path.join(self.setup.files, "_spark_metadata"))
@@ -367,12 +386,6 @@ def create_topics(setup: Setup, topics: list[str]) -> None:
         raise ChaosFailed(f"cannot create the topics {topics} at {setup.servers}: {exc.args[0]}") from None
 
 
-def _iso(micros: int) -> str:
-    """An event time as JSON carries it: ISO-8601 in UTC, to the microsecond."""
-    moment = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=micros)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 @dataclass(frozen=True)
 class KafkaInput:
     """What this command produced into the source topic: each partition's end offset and the
@@ -406,18 +419,42 @@ class KafkaInput:
                 and all(int(offsets.get(str(p), -1)) >= end for p, end in self.ends.items()))
 
 
+def source_records(setup: Setup) -> tuple[list[tuple[str, int]], int]:
+    """The generator's events as (user, event time in µs), then the final record; and the final
+    record's event time in ms."""
+    from headrace.connectors.generator import generate
+
+    events = generate("clicks", 0, setup.events, seed=setup.seed)
+    micros = events.column("event_time").cast("int64").to_pylist()
+    final_ms = micros[-1] // 1000 + FINAL_RECORD_AHEAD_MS
+    return [*zip(events.column("user_id").to_pylist(), micros), (FINAL_USER, final_ms * 1000)], final_ms
+
+
+def watermark_passed(setup: Setup, final_ms: int) -> bool:
+    """Whether Spark has committed a batch planned with the final record's watermark: a source
+    read in order (one Redis stream, PostgreSQL's commit order) read every event before it."""
+    batch = last_commit(setup)
+    try:
+        lines = (setup.checkpoint / "offsets" / str(batch)).read_text().splitlines() if batch >= 0 else []
+    except OSError:
+        return False
+    for line in lines[1:]:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "batchWatermarkMs" in entry:
+            return int(entry["batchWatermarkMs"]) >= final_ms - FINAL_RECORD_AHEAD_MS // 2
+    return False
+
+
 def produce_input(setup: Setup) -> KafkaInput:
     """Produce the generator's events into a new topic, alternately to its 2 partitions (so
     Spark's ``maxOffsetsPerTrigger``, shared out by what each partition holds, reads both
     equally far in event time), then the final record, in the turn of the partition it falls to."""
     kafka = _kafka()
-    from headrace.connectors.generator import generate
-
     create_topics(setup, [setup.source_topic])
-    events = generate("clicks", 0, setup.events, seed=setup.seed)
-    users = events.column("user_id").to_pylist()
-    micros = events.column("event_time").cast("int64").to_pylist()
-    final_ms = micros[-1] // 1000 + FINAL_RECORD_AHEAD_MS
+    records, final_ms = source_records(setup)
     failures: list[str] = []
 
     def delivered(error: Any, _message: Any) -> None:
@@ -425,9 +462,8 @@ def produce_input(setup: Setup) -> KafkaInput:
             failures.append(str(error))
 
     producer = kafka.Producer({"bootstrap.servers": setup.servers, "enable.idempotence": True, "linger.ms": 20})
-    records = [*zip(users, micros), (FINAL_USER, final_ms * 1000)]
     for number, (user, at) in enumerate(records):
-        value = json.dumps({"user_id": user, "event_time": _iso(at)})
+        value = json.dumps({"user_id": user, "event_time": systems.iso(at)})
         while True:
             try:
                 producer.produce(setup.source_topic, key=user, value=value, partition=number % 2,
@@ -721,6 +757,8 @@ def written_windows(setup: Setup) -> Counter:
     if setup.sink == "kafka":
         return Counter((r["user_id"], _epoch_ms(r["window_start"]), r["count"])
                        for r in read_topic(setup, setup.sink_topic))
+    if setup.sink == "redis":
+        return systems.stream_windows(setup.sink_topic)
     if setup.sink == "delta":
         import pyarrow.parquet as pq
 
@@ -774,6 +812,13 @@ def cleanup(setup: Setup) -> None:
                 if exc.args[0].code() not in (kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
                                               kafka.KafkaError.GROUP_ID_NOT_FOUND):
                     raise
+    if setup.source == "redis" or setup.sink == "redis":
+        from headrace.connectors.redis_sink import COMMITS_PREFIX
+
+        identity = sink_identity(setup)
+        systems.drop_redis([setup.source_topic, setup.sink_topic] + ([COMMITS_PREFIX + identity] if identity else []))
+    if setup.source == "postgres-cdc":
+        systems.drop_cdc(setup.source_topic, setup.name)
     if setup.sink == "postgres":
         import psycopg
 
@@ -796,11 +841,20 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
     try:
         if setup.sink == "kafka":
             create_topics(setup, [setup.sink_topic])
+        drained: Callable[[], bool] = never
         if setup.source == "kafka":
             kafka_input = produce_input(setup)
             say(f"produced {setup.events:,} events and a final record into {setup.source_topic} "
                 f"(partition end offsets {kafka_input.ends})")
-        drained = never if kafka_input is None else functools.partial(kafka_input.consumed, setup)
+            drained = functools.partial(kafka_input.consumed, setup)
+        elif setup.source in ("redis", "postgres-cdc"):
+            records, final_ms = source_records(setup)
+            if setup.source == "redis":
+                systems.fill_stream(setup.source_topic, records)
+            else:
+                systems.fill_table(setup.source_topic, setup.name, records)
+            say(f"wrote {setup.events:,} events and a final record into {setup.source} {setup.source_topic}")
+            drained = functools.partial(watermark_passed, setup, final_ms)
         driver, started = start_and_wait(setup, 0, lambda: last_commit(setup) >= 0, "the first commit", say)
         say(f"driver 0 committed its first batch after {time.time() - started:.1f} s")
         for number in range(1, kills + 1):
@@ -818,7 +872,7 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
             cpus.append(cpu)
             say(f"kill {number}: {landed}; restarted, first new commit (batch {last_commit(setup)}) "
                 f"after {recovery:.1f} s ({cpu:.1f} CPU-s, load average {os.getloadavg()[0]:.1f})")
-        if kafka_input is not None:  # an unbounded source: stop the last driver once all is written
+        if setup.source != "generator":  # an unbounded source: stop the last driver once all is written
             driver = stop_when_drained(driver, drained, say)
         else:
             for attempt in range(4):  # the last driver runs to the end of the input
@@ -850,9 +904,9 @@ def chaos(setup: Setup, kills: int, seed: int, say: Callable[[str], None]) -> tu
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", choices=["generator", "kafka"], default="generator",
+    parser.add_argument("--source", choices=["generator", "kafka", "redis", "postgres-cdc"], default="generator",
                         help="the deterministic generator (default), or a new Kafka topic this command fills")
-    parser.add_argument("--sink", choices=["postgres", "files", "kafka", "delta"], default="postgres")
+    parser.add_argument("--sink", choices=["postgres", "files", "kafka", "delta", "redis"], default="postgres")
     parser.add_argument("--servers", default=KAFKA_SERVERS, help=f"Kafka's bootstrap servers (default {KAFKA_SERVERS})")
     parser.add_argument("--kills", type=int, default=3, help="how many times to SIGKILL the driver (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="seeds the kill moments and the generator")
@@ -884,7 +938,8 @@ def main(argv: list[str] | None = None) -> int:
     events = args.events or args.rows_per_batch * max(40, 4 * args.kills + 12)
     setup = Setup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch, args.seed,
                   args.source, args.servers)
-    origin = "" if args.source == "generator" else f" from Kafka ({setup.servers})"
+    origin = {"generator": "", "kafka": f" from Kafka ({setup.servers})", "redis": " from a Redis stream",
+              "postgres-cdc": " from PostgreSQL's changes"}[args.source]
     say(f"chaos: {events:,} events{origin} in batches of {args.rows_per_batch:,} into {args.sink}, "
         f"{args.kills} kills, seed {args.seed}, work {work}")
     try:

@@ -467,3 +467,60 @@ def test_bad_arguments_tables_and_servers_say_what_is_wrong(spark: Any, made: Ma
     assert described["type"] == "PostgresChanges" and "change data capture" in described["what"]
     assert described["guarantee"] == "exactly-once" and described["slot"] == other
     assert hr.sources.PostgresChanges("t").describe()["slot"] == "headrace_<source name>"
+
+
+def test_the_live_view_example_equals_the_table(made: Made, tmp_path: Path, monkeypatch: Any) -> None:
+    """examples/cdc_live_view.py on random inserts, updates and deletes: each customer's hash in
+    Redis holds the count and total of the table's orders (a customer whose orders went has 0)."""
+    import runpy
+
+    redis = pytest.importorskip("redis")
+    from conftest import service_or_skip
+
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        client.ping()
+    except redis.RedisError:
+        started = subprocess.run(["bash", str(ROOT / "scripts" / "redis.sh"), "start"], capture_output=True,
+                                 text=True, timeout=300)
+        service_or_skip("Redis", started.returncode == 0, started.stderr.strip()[-500:])
+    table, prefix = f"hr_cdc_orders_{made.tag}", f"live:{made.tag}"
+    made.conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, customer text, amount bigint)")
+    made.conn.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+    made.tables.append(table)
+    made.slots.append(f"live_{table}")
+    create_slot(f"live_{table}")
+    rng = random.Random(5)
+    for _ in range(120):
+        key = rng.randrange(30)
+        # Only the last transaction commits after this position: an offset past it has read them all.
+        before_last = lsn_int(made.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        with made.conn.transaction():
+            if made.conn.execute(f"SELECT 1 FROM {table} WHERE id = %s", (key,)).fetchone() is None:
+                made.conn.execute(f"INSERT INTO {table} VALUES (%s, %s, %s)",
+                                  (key, f"c{rng.randrange(5)}", rng.randrange(100)))
+            elif rng.random() < 0.6:  # a new amount, sometimes a new customer
+                made.conn.execute(f"UPDATE {table} SET customer = %s, amount = %s WHERE id = %s",
+                                  (f"c{rng.randrange(5)}", rng.randrange(100), key))
+            else:
+                made.conn.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
+
+    monkeypatch.setenv("HEADRACE_EXAMPLE_TABLE", table)
+    monkeypatch.setenv("HEADRACE_EXAMPLE_PREFIX", prefix)
+    pipeline = runpy.run_path(str(ROOT / "examples" / "cdc_live_view.py"))["pipeline"]
+    checkpoint = tmp_path / "state" / "orders_live_view" / "checkpoint"
+    run_until(pipeline, str(tmp_path / "state"),
+              lambda: (last_committed_offset(checkpoint) or 0) > before_last, timeout=180)
+    try:
+        expected = {customer: (count, total) for customer, count, total in made.conn.execute(
+            f"SELECT customer, count(*), sum(amount) FROM {table} GROUP BY customer").fetchall()}
+        view = {}
+        for key in client.keys(f"{prefix}:*"):
+            fields = {k.decode(): v.decode() for k, v in client.hgetall(key).items()}
+            if int(fields["orders"]):
+                view[fields["customer"]] = (int(fields["orders"]), int(fields["amount"]))
+        assert view == expected
+    finally:
+        keys = client.keys(f"{prefix}:*")
+        if keys:
+            client.delete(*keys)
