@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the jars Spark needs for Kafka (spark-sql-kafka-0-10) and Delta Lake (delta-spark) from Maven
+# Fetch the jars Spark needs for Kafka (spark-sql-kafka-0-10, spark-avro) and Delta Lake (delta-spark) from Maven
 # Central, with their transitive dependencies less what the installed pyspark already ships (so no
 # duplicate or conflicting jars), into one folder, with a manifest jars.txt: a "<package coordinate>
 # <jar file>" line for each jar a package needs, and "# jar <file> <coordinate>" comments naming the
@@ -50,7 +50,7 @@ scala=$(ls "$pyspark_jars" | sed -n 's/^spark-core_\(2\.1[0-9]\)-.*\.jar$/\1/p' 
 [ -n "$scala" ] || die "cannot tell pyspark's Scala version from $pyspark_jars/spark-core_*.jar"
 jackson=$(ls "$pyspark_jars" | sed -n 's/^jackson-databind-\([0-9][^-]*\)\.jar$/\1/p' | head -1)
 
-key="pyspark=$spark_version scala=$scala spark-sql-kafka=$kafka_req delta=$delta_req"
+key="pyspark=$spark_version scala=$scala spark-sql-kafka=$kafka_req spark-avro=$kafka_req delta=$delta_req"
 manifest=$dir/jars.txt
 
 complete() {  # the manifest was written for these inputs and every file it lists is there
@@ -77,16 +77,23 @@ major=${spark_version%%.*}
 minor=$(echo "$spark_version" | cut -d. -f1,2)
 
 notes=()
+spark_release() {  # the release of Spark package $1 (group:artifact) for pyspark: its version, else the newest earlier one
+  local all v
+  all=$(releases "$1") || die "cannot list $1 versions on $repo_url"
+  if grep -qxF "$spark_version" <<<"$all"; then echo "$spark_version"; return; fi
+  v=$(grep "^$major\." <<<"$all" | while read -r r; do vle "$r" "$spark_version" && echo "$r"; done | tail -1)
+  [ -n "$v" ] || die "no $1 release for Spark $major.x up to $spark_version"
+  echo "$v"
+}
 kafka_version=$kafka_req
 if [ "$kafka_version" = auto ]; then
-  all=$(releases "org.apache.spark:spark-sql-kafka-0-10_$scala") || die "cannot list spark-sql-kafka versions on $repo_url"
-  if grep -qxF "$spark_version" <<<"$all"; then
-    kafka_version=$spark_version
-  else
-    kafka_version=$(grep "^$major\." <<<"$all" | while read -r v; do vle "$v" "$spark_version" && echo "$v"; done | tail -1)
-    [ -n "$kafka_version" ] || die "no spark-sql-kafka-0-10_$scala release for Spark $major.x up to $spark_version"
-    notes+=("org.apache.spark:spark-sql-kafka-0-10_$scala:$spark_version is not on Maven Central; using $kafka_version (set HEADRACE_SPARK_PACKAGE_VERSION to choose)")
-  fi
+  kafka_version=$(spark_release "org.apache.spark:spark-sql-kafka-0-10_$scala")
+  [ "$kafka_version" = "$spark_version" ] || notes+=("org.apache.spark:spark-sql-kafka-0-10_$scala:$spark_version is not on Maven Central; using $kafka_version (set HEADRACE_SPARK_PACKAGE_VERSION to choose)")
+fi
+avro_version=$kafka_req
+if [ "$avro_version" = auto ]; then
+  avro_version=$(spark_release "org.apache.spark:spark-avro_$scala")
+  [ "$avro_version" = "$spark_version" ] || notes+=("org.apache.spark:spark-avro_$scala:$spark_version is not on Maven Central; using $avro_version")
 fi
 
 delta_version=$delta_req
@@ -106,7 +113,7 @@ if [ "$delta_version" = auto ]; then
   delta_version=${delta_version:-none}
 fi
 
-roots=("org.apache.spark:spark-sql-kafka-0-10_$scala:$kafka_version")
+roots=("org.apache.spark:spark-sql-kafka-0-10_$scala:$kafka_version" "org.apache.spark:spark-avro_$scala:$avro_version")
 [ "$delta_version" = none ] || roots+=("io.delta:delta-spark_$scala:$delta_version")
 for n in "${notes[@]}"; do say "note: $n"; done
 
@@ -186,7 +193,7 @@ done
 mkdir -p "$dir"
 rm -f "$dir"/*.jar "$manifest"
 {
-  echo "# Jars for Spark's Kafka connector and Delta Lake, written by scripts/fetch_jars.sh; do not edit."
+  echo "# Jars for Spark's Kafka connector, Avro functions and Delta Lake, written by scripts/fetch_jars.sh; do not edit."
   echo "# inputs: $key"
   echo "# pyspark $spark_version (Scala $scala) at $pyspark_jars"
   for n in "${notes[@]}"; do echo "# note: $n"; done

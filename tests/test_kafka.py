@@ -215,6 +215,37 @@ def commits_topic_records() -> int:
     return high - low
 
 
+ORDER_AVRO = json.dumps({"type": "record", "name": "Order", "fields": [
+    {"name": "order_id", "type": "long"}, {"name": "user", "type": "string"},
+    {"name": "amount", "type": ["null", "long"]}]})
+
+
+def test_source_decodes_avro_and_dead_letters_what_does_not_decode(spark: Any, broker: str, tmp_path: Path) -> None:
+    """Values encoded by Spark's own to_avro (plain Avro binary) decode into the schema's columns;
+    bytes that are no such record go to the dead letters with their position."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    topic = new_topic(partitions=1)
+    frame = spark.createDataFrame([(o["order_id"], o["user"], o["amount"]) for o in ORDERS[:50]],
+                                  "order_id long, user string, amount long")
+    encoded = [bytes(r.value) for r in frame.select(to_avro(F.struct("order_id", "user", "amount"), ORDER_AVRO)
+                                                    .alias("value")).orderBy("order_id").collect()]
+    produce(topic, [(None, value, 0) for value in encoded[:25]] + [(None, b"\x01", 0)]
+            + [(None, value, 0) for value in encoded[25:]])
+    p = hr.Pipeline("kafka_avro")
+    out, dead = TestSink(), TestSink()
+    p.source("orders", hr.sources.Kafka(topic, format="avro", avro_schema=ORDER_AVRO)).sink("out", out)
+    p.dead_letters().sink("dead", dead)
+
+    run_until_idle(p, str(tmp_path / "state"))
+
+    assert sorted((r["order_id"], r["user"], r["amount"]) for r in out.rows()) == [
+        (o["order_id"], o["user"], o["amount"]) for o in ORDERS[:50]]
+    assert [(r["position"], "not an Avro record of the schema" in r["error"]) for r in dead.rows()] == [
+        (f"{topic}/0@25", True)]
+
+
 # -- errors a user can cause -------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -226,6 +257,12 @@ def commits_topic_records() -> int:
     ({"topics": "a", "schema": "x long", "metadata": ["size"]}, "unknown metadata ['size']"),
     ({"topics": "a", "schema": "x long", "starting": "middle"}, "starting='middle' is not"),
     ({"topics": "a", "schema": "x long", "max_records_per_batch": 0}, "max_records_per_batch must be at least 1"),
+    ({"topics": "a", "format": "avro"}, "an avro source needs avro_schema=, an Avro record schema in JSON"),
+    ({"topics": "a", "schema": "x long", "avro_schema": "{}"}, "avro_schema= goes with format='avro'"),
+    ({"topics": "a", "format": "avro", "avro_schema": '{"type": "string"}'}, "avro_schema must be an Avro record"),
+    ({"topics": "a", "format": "avro", "avro_schema": '{"type": "record", "name": "R", "fields": '
+      '[{"name": "tags", "type": {"type": "array", "items": "string"}}]}'},
+     "the Avro field 'tags' has the type {\"type\": \"array\", \"items\": \"string\"}, which has no column type"),
 ])
 def test_kafka_source_refuses_bad_settings(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(PlanError) as error:

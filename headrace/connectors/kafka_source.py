@@ -6,9 +6,10 @@ reads the same records, and nothing is committed to Kafka's consumer groups. The
 decoded by Spark, never by Python: ``format="json"`` (``from_json`` against ``schema``;
 a value that is not a JSON object, has a field of the wrong type, or is missing (a
 tombstone) goes to the dead letters with its topic, partition and offset), or ``"raw"``
-(the key and the value as bytes). ``metadata`` adds Kafka's own fields as ``kafka_*``
-columns, for example ``kafka_timestamp`` to use as event time. (Avro is not offered yet:
-Spark's ``spark-avro`` jar for Spark 4.x could not be fetched from Maven Central here.)
+(the key and the value as bytes), or ``"avro"`` (``from_avro`` against ``avro_schema``, an
+Avro record schema in JSON whose fields are the columns: ``headrace/connectors/avro_schema.py``;
+a value that does not decode goes to the dead letters). ``metadata`` adds Kafka's own fields
+as ``kafka_*`` columns, for example ``kafka_timestamp`` to use as event time.
 
 Lag: Spark commits no offsets to Kafka, so the progress reports carry the consumer lag,
 the latest offsets Spark saw minus the offsets the batch read (``lag``).
@@ -25,13 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.connectors.avro_schema import avro_columns
 from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext
 from headrace.errors import PlanError
 from headrace.runtime import jars
 from headrace.schema import Schema, schema_of, to_ddl
 
 DEFAULT_SERVERS = "127.0.0.1:9092"
-FORMATS = ("json", "raw")
+FORMATS = ("json", "avro", "raw")
 # Kafka's own fields, as the source's kafka_* columns (name -> (Spark column, type)).
 METADATA = {
     "key": ("key", "string"),
@@ -92,6 +94,7 @@ class Kafka(SourceConnector):
     starting: str
     max_records_per_batch: int | None
     extra: tuple[tuple[str, str], ...]
+    avro_schema: str | None
 
     guarantee = Guarantee.EXACTLY_ONCE
     drains_on_stop = False  # Spark's source plans every batch up to the latest offsets
@@ -101,7 +104,7 @@ class Kafka(SourceConnector):
     def __init__(self, topics: str | Sequence[str] | None = None, *, schema: Any = None, format: str = "json",
                  servers: str = DEFAULT_SERVERS, pattern: str | None = None, metadata: Sequence[str] = (),
                  starting: Any = "earliest", max_records_per_batch: int | None = None,
-                 options: Mapping[str, Any] | None = None) -> None:
+                 options: Mapping[str, Any] | None = None, avro_schema: str | None = None) -> None:
         names = _topics(topics)
         where = f"Kafka({', '.join(names) or pattern!r})"
         if bool(names) == bool(pattern):
@@ -112,6 +115,13 @@ class Kafka(SourceConnector):
             raise PlanError(f"{where}: a json source needs schema=, e.g. schema='user string, amount long'")
         if format == "raw" and schema is not None:
             raise PlanError(f"{where}: a raw source has the columns key and value (bytes); drop schema=")
+        if (format == "avro") != (avro_schema is not None):
+            raise PlanError(f"{where}: " + ("an avro source needs avro_schema=, an Avro record schema in JSON"
+                                            if format == "avro" else "avro_schema= goes with format='avro'"))
+        if format == "avro" and schema is not None:
+            raise PlanError(f"{where}: an avro source takes its columns from avro_schema=; drop schema=")
+        if format == "avro":
+            schema = avro_columns(str(avro_schema), where)
         unknown = [m for m in metadata if m not in METADATA]
         if unknown:
             raise PlanError(f"{where}: unknown metadata {unknown}; choose from {', '.join(METADATA)}")
@@ -127,6 +137,7 @@ class Kafka(SourceConnector):
         set_field(self, "starting", _starting(starting, where))
         set_field(self, "max_records_per_batch", max_records_per_batch)
         set_field(self, "extra", tuple(sorted((str(k), str(v)) for k, v in (options or {}).items())))
+        set_field(self, "avro_schema", avro_schema)
 
     # -- what headrace knows about the source ------------------------------------------------
 
@@ -139,7 +150,7 @@ class Kafka(SourceConnector):
         return (*data, *((f"kafka_{m}", METADATA[m][1]) for m in self.metadata))
 
     def spark_packages(self) -> list[jars.Package]:
-        return [jars.KAFKA]
+        return [jars.KAFKA, jars.AVRO] if self.format == "avro" else [jars.KAFKA]
 
     def spark_options(self) -> dict[str, str]:
         """The options of Spark's Kafka source."""
@@ -164,7 +175,7 @@ class Kafka(SourceConnector):
         """An offset is a (topic, partition, offset) position: which topics and how a value
         becomes a record fix what it means; the servers, batch sizes and consumer settings do not."""
         return {"topics": list(self.topics), "pattern": self.pattern, "format": self.format,
-                "schema": to_ddl(self.schema())}
+                "schema": to_ddl(self.schema()), **({"avro_schema": self.avro_schema} if self.avro_schema else {})}
 
     def describe(self) -> dict[str, Any]:
         return {"type": "Kafka", "topics": list(self.topics), "pattern": self.pattern, "servers": self.servers,
@@ -188,13 +199,26 @@ class Kafka(SourceConnector):
         control = F.lit(None).cast("long").alias(CONTROL_COLUMN)
         if self.format == "raw":
             return raw.select(F.col("key"), F.col("value"), *metadata, control)
-        ddl = to_ddl((*(self.data_schema or ()), (_CORRUPT, "string")))
-        parsed = F.from_json(F.col("value").cast("string"), ddl,
-                             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
         names = [n for n, _ in self.data_schema or ()]
-        decoded = raw.select("*", parsed.alias("_hr_value"))
-        bad = F.col("value").isNull() | F.col(f"_hr_value.{_CORRUPT}").isNotNull()
-        error = f"the value is not a JSON object of the schema {to_ddl(self.data_schema or ())}"
+        if self.format == "avro":
+            from pyspark.sql.avro.functions import from_avro
+
+            decoded = raw.select("*", from_avro(F.col("value"), str(self.avro_schema), {"mode": "PERMISSIVE"})
+                                 .alias("_hr_value"))
+            # from_avro (PERMISSIVE) gives a value it cannot decode as null or a record of nulls; a
+            # real record whose every field is null is taken for one too (docs/connectors.md).
+            every_field_null = F.lit(True)
+            for name in names:
+                every_field_null = every_field_null & F.col(f"_hr_value.`{name}`").isNull()
+            bad = F.col("value").isNull() | F.col("_hr_value").isNull() | every_field_null
+            error = f"the value is not an Avro record of the schema {to_ddl(self.data_schema or ())}"
+        else:
+            ddl = to_ddl((*(self.data_schema or ()), (_CORRUPT, "string")))
+            parsed = F.from_json(F.col("value").cast("string"), ddl,
+                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
+            decoded = raw.select("*", parsed.alias("_hr_value"))
+            bad = F.col("value").isNull() | F.col(f"_hr_value.{_CORRUPT}").isNotNull()
+            error = f"the value is not a JSON object of the schema {to_ddl(self.data_schema or ())}"
         dead = [F.when(bad, F.col("value").cast("string")).alias(DEAD_COLUMNS[0]),
                 F.when(bad, F.lit(error)).alias(DEAD_COLUMNS[1]),
                 F.when(bad, position).alias(DEAD_COLUMNS[2])]

@@ -142,7 +142,10 @@ DELTA = Package("io.delta", "delta-spark_2.13", "org.apache.spark.sql.delta.sour
                 settings=(("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"),
                           ("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")),
                 own_versions=True, version_setting=config.DELTA_VERSION)
-KNOWN = (KAFKA, DELTA)
+# Spark's Avro functions (from_avro), for Kafka values in Avro. Maven Central had no 4.2.x
+# release in November 2026; the newest earlier one, 4.1.1, decodes in Spark 4.2 (tested).
+AVRO = Package("org.apache.spark", "spark-avro_2.13", "org.apache.spark.sql.avro.AvroDataToCatalyst")
+KNOWN = (KAFKA, DELTA, AVRO)
 
 
 def jars_dir() -> str:
