@@ -36,6 +36,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from headrace.connectors import files_native
 from headrace.connectors.base import (
     CONTROL_COLUMN,
     DEAD_COLUMNS,
@@ -53,6 +54,8 @@ from headrace.connectors.file_formats.reader import batch_schema
 from headrace.errors import PlanError, SourceError
 from headrace.runtime.admission import backlog
 from headrace.schema import Schema, schema_of, to_ddl
+
+READER_KINDS = ("python", "spark")
 
 
 def spark_schema(schema: Schema, dead_letters: bool) -> str:
@@ -204,12 +207,19 @@ class FileSource(SourceConnector):
     fail_fast: bool
     csv_header: bool
     max_files_per_batch: int | None
+    reader: str
 
     guarantee = Guarantee.EXACTLY_ONCE
 
     def __init__(self, path: str, format: str = "jsonl", schema: Any = None, *, bounded: bool = False,
-                 fail_fast: bool = False, csv_header: bool = True, max_files_per_batch: int | None = None) -> None:
+                 fail_fast: bool = False, csv_header: bool = True, max_files_per_batch: int | None = None,
+                 reader: str = "python") -> None:
         where = f"FileSource({path!r})"
+        if reader not in READER_KINDS:
+            raise PlanError(f"{where}: unknown reader {reader!r}; use one of {', '.join(READER_KINDS)}")
+        if reader == "spark" and (bounded or fail_fast):
+            raise PlanError(f"{where}: reader='spark' reads an unbounded directory and sends bad records to the "
+                            "dead letters; bounded=True and fail_fast=True need reader='python'")
         if max_files_per_batch is not None and (not isinstance(max_files_per_batch, int) or max_files_per_batch < 1):
             raise PlanError(f"{where}: max_files_per_batch must be a whole number of at least 1, "
                             f"got {max_files_per_batch!r}")
@@ -225,10 +235,25 @@ class FileSource(SourceConnector):
         set_field(self, "fail_fast", bool(fail_fast))
         set_field(self, "csv_header", bool(csv_header))
         set_field(self, "max_files_per_batch", max_files_per_batch)
+        set_field(self, "reader", reader)
 
     @property
     def bounded(self) -> bool:
         return self.bounded_input
+
+    @property
+    def drains_on_stop(self) -> bool:  # type: ignore[override]
+        return self.reader == "python"  # Spark's file source plans every batch up to the files present
+
+    @property
+    def lowered_as(self) -> str:  # type: ignore[override]
+        return "Spark's own file source" if self.reader == "spark" else "Python data source"
+
+    def read_stream(self, spark: Any, context: SourceContext) -> Any:
+        if self.reader == "python":
+            return super().read_stream(spark, context)
+        return files_native.read_stream(spark, self.path, self.format, self.schema(), csv_header=self.csv_header,
+                                        max_files=self.max_files_per_batch)
 
     @property
     def emits_dead_letters(self) -> bool:  # type: ignore[override]
@@ -270,16 +295,17 @@ class FileSource(SourceConnector):
 
     def offset_identity(self) -> dict[str, Any]:
         """The offset lists file names: the directory, and how a file becomes records (format,
-        schema, CSV header), fix what it means. ``fail_fast`` and ``max_files_per_batch`` do not."""
+        schema, CSV header) and the reader (Spark's offsets are its own) fix what it means.
+        ``fail_fast`` and ``max_files_per_batch`` do not."""
         return {"path": self.path, "format": self.format, "schema": ", ".join(f"{n} {t}" for n, t in self.schema()),
-                "csv_header": self.csv_header}
+                "csv_header": self.csv_header, **({"reader": "spark"} if self.reader == "spark" else {})}
 
     def describe(self) -> dict[str, Any]:
         return {
             "type": "FileSource", "path": self.path, "format": self.format,
             "schema": to_ddl(self.data_schema) if self.data_schema else None,
             "bounded": self.bounded, "fail_fast": self.fail_fast, "csv_header": self.csv_header,
-            "max_files_per_batch": self.max_files_per_batch,
+            "max_files_per_batch": self.max_files_per_batch, "reader": self.reader,
             "guarantee": self.guarantee.value, "dead_letters": self.emits_dead_letters,
         }
 
