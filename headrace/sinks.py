@@ -7,7 +7,8 @@ from headrace.connectors.kafka_sink import Kafka
 from headrace.connectors.mqtt import MqttSink as Mqtt
 from headrace.connectors.null_sink import Null
 from headrace.connectors.postgres import Postgres
+from headrace.connectors.rabbitmq_streams import RabbitMQSink as RabbitMQ
 from headrace.connectors.redis_sink import Redis
 from headrace.testing import TestSink
 
-__all__ = ["Console", "Delta", "Files", "Kafka", "Mqtt", "Null", "Postgres", "Redis", "TestSink"]
+__all__ = ["Console", "Delta", "Files", "Kafka", "Mqtt", "Null", "Postgres", "RabbitMQ", "Redis", "TestSink"]

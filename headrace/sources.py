@@ -6,9 +6,10 @@ from headrace.connectors.generator import Generator, ysb_ads
 from headrace.connectors.kafka_source import Kafka
 from headrace.connectors.mqtt import Mqtt
 from headrace.connectors.postgres_cdc import PostgresChanges
+from headrace.connectors.rabbitmq_streams import RabbitMQ
 from headrace.connectors.redis_streams import Redis
 from headrace.connectors.socket import Socket
 from headrace.testing import TestSource
 
-__all__ = ["Delta", "Files", "Generator", "Kafka", "Mqtt", "PostgresChanges", "Redis", "Socket", "TestSource",
-           "ysb_ads"]
+__all__ = ["Delta", "Files", "Generator", "Kafka", "Mqtt", "PostgresChanges", "RabbitMQ", "Redis", "Socket",
+           "TestSource", "ysb_ads"]

@@ -90,4 +90,5 @@ if jars=$(bash "$here/fetch_jars.sh"); then say "Spark's connector jars are in $
 if servers=$(bash "$here/kafka.sh" start); then say "Kafka is up on $servers"; else status=1; fi
 if url=$(bash "$here/redis.sh" start); then say "Redis is up on $url"; else status=1; fi
 if url=$(bash "$here/mosquitto.sh" start); then say "Mosquitto (MQTT) is up on $url"; else status=1; fi
+if url=$(bash "$here/rabbitmq.sh" start); then say "RabbitMQ (streams) is up on $url"; else status=1; fi
 exit "$status"

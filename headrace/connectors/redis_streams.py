@@ -23,9 +23,7 @@ the dead letters with ``<stream>/<entry id>`` as its position.
 
 from __future__ import annotations
 
-import io
 import json
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,16 +32,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext, stop_requested
+from headrace.connectors.base import Guarantee, SourceConnector, SourceContext, stop_requested
 from headrace.connectors.file_formats.csv import TEXT_CONVERTERS
-from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
-from headrace.connectors.file_formats.values import convert_values, show
+from headrace.connectors.file_formats.values import convert_values
 from headrace.connectors.files_source import spark_schema
+from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches, text
 from headrace.connectors.postgres import redact_dsn
 from headrace.errors import PlanError, SetupError, SourceError
 from headrace.runtime.admission import adaptive_cap, combined_cap
-from headrace.schema import Schema, arrow_schema, arrow_type, schema_of, to_ddl
+from headrace.schema import Schema, arrow_type, schema_of, to_ddl
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 FORMATS = ("json", "fields")
@@ -74,8 +72,6 @@ end
 result[1], result[2] = count, last
 return result
 """
-_NULL_LINE = re.compile(rb"^[ \t]*null[ \t]*$", re.MULTILINE)
-_JSON_FAST_TYPES = {"string", "long", "int", "double", "float", "boolean", "timestamp"}
 
 
 def entry_key(entry_id: str) -> tuple[int, int]:
@@ -108,112 +104,49 @@ def _failed(source: str, url: str, doing: str, exc: Exception) -> SourceError:
     return SourceError(f"source {source!r}: Redis at {redact_dsn(url)}: {doing}: {exc}")
 
 
-def _text(value: bytes) -> str:
-    return value.decode("utf-8", errors="replace")
-
-
 # ----------------------------------------------------------------------------------------
 # Entries to Arrow record batches.
 
 class EntryDecoder:
     """Turns a chunk of one stream's entries, ``[(id, {field: value})]`` as bytes, into record
-    batches of the source's Arrow schema: good rows first, then dead letters."""
+    batches of the source's Arrow schema: good rows first, then dead letters
+    (``headrace/connectors/payloads.py``)."""
 
     def __init__(self, options: dict[str, str], schema: Schema, stream: str) -> None:
         self.schema, self.stream = schema, stream
         self.format = options.get("format", "json")
         self.field = options.get("field", "data").encode()
-        self.names = [name for name, _ in schema]
-        self.data = (*schema, *METADATA)
-        self.arrow = batch_schema(self.data, dead_letters=True)
-        self.fast_json = all(type_name in _JSON_FAST_TYPES for _, type_name in schema)
+        self.payloads = PayloadDecoder(schema, "json")
+        self.arrow = batch_schema((*schema, *METADATA), dead_letters=True)
 
     def batches(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> Iterator[pa.RecordBatch]:
         ids = pa.array([entry_id for entry_id, _ in entries], pa.binary()).cast(pa.string())
-        dead: dict[int, tuple[str, str]] = {}  # row -> (raw, error)
+        dead: Dead = {}
         columns = self._json(entries, dead) if self.format == "json" else self._fields(entries, dead)
-        kept = ids
-        if dead:
-            keep = pa.array([row for row in range(len(entries)) if row not in dead], pa.int64())
-            columns = [column.take(keep) for column in columns]
-            kept = ids.take(keep)
-        rows = len(kept)
-        if rows:
-            millis = pc.list_element(pc.split_pattern(kept, "-", max_splits=1), 0).cast(pa.int64())
-            times = pc.multiply(millis, 1000).cast(arrow_type("timestamp"))
-            nulls = [pa.nulls(rows, pa.int64()), *(pa.nulls(rows, pa.string()) for _ in DEAD_COLUMNS)]
-            yield pa.RecordBatch.from_arrays(
-                [*columns, pa.array([self.stream] * rows, pa.string()), kept, times, *nulls], schema=self.arrow)
-        if dead:
-            order = sorted(dead)
-            data = [pa.nulls(len(order), field.type) for field in self.arrow][:len(self.data) + 1]
-            yield pa.RecordBatch.from_arrays([
-                *data,
-                pa.array([dead[row][0] for row in order], pa.string()),
-                pa.array([dead[row][1] for row in order], pa.string()),
-                pa.array([f"{self.stream}/{ids[row]}" for row in order], pa.string()),
-            ], schema=self.arrow)
+        millis = pc.list_element(pc.split_pattern(ids, "-", max_splits=1), 0).cast(pa.int64())
+        metadata = [pa.array([self.stream] * len(entries), pa.string()), ids,
+                    pc.multiply(millis, 1000).cast(arrow_type("timestamp"))]
+        positions = [f"{self.stream}/{entry_id}" for entry_id in ids.to_pylist()]
+        yield from record_batches(self.arrow, columns, metadata, dead, positions)
 
-    def _json(self, entries: list[tuple[bytes, dict[bytes, bytes]]], dead: dict[int, tuple[str, str]]
-              ) -> list[pa.Array]:
-        values = [fields.get(self.field) for _, fields in entries]
-        if self.fast_json:
-            columns = self._json_fast(values)
-            if columns is not None:
-                return columns
-        objects: list[dict[str, Any]] = []
-        for row, (value, (_, fields)) in enumerate(zip(values, entries)):
-            obj: Any = {}
+    def _json(self, entries: list[tuple[bytes, dict[bytes, bytes]]], dead: Dead) -> list[pa.Array]:
+        """The entries' field ``field``, each a JSON object; an entry without it is a dead letter."""
+        values: list[bytes] = []
+        for row, (_, fields) in enumerate(entries):
+            value = fields.get(self.field)
             if value is None:
-                raw = json.dumps({_text(k): _text(v) for k, v in fields.items()})
-                dead[row] = (raw, f"the entry has no field {_text(self.field)!r}")
-            else:
-                try:
-                    obj = json.loads(value)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    dead[row] = (_text(value), f"invalid JSON ({exc})")
-                if row not in dead and type(obj) is not dict:
-                    dead[row] = (_text(value), f"expected a JSON object, got {show(obj)}")
-                    obj = {}
-            objects.append(obj)
-        errors: dict[int, str] = {}
-        columns = [convert_values(name, type_name, [o.get(name) for o in objects], JSON_CONVERTERS[type_name], errors)
-                   for name, type_name in self.schema]
-        for row, error in errors.items():
-            dead.setdefault(row, (_text(values[row] or b""), error))
-        return columns
+                raw = json.dumps({text(k): text(v) for k, v in fields.items()})
+                dead[row] = (raw, f"the entry has no field {text(self.field)!r}")
+            values.append(b"{}" if value is None else value)
+        return self.payloads.columns(values, dead)
 
-    def _json_fast(self, values: list[bytes | None]) -> list[pa.Array] | None:
-        """The columns through pyarrow's JSON reader, or None when it cannot take these values as
-        the slow path would (a missing field, a value spanning lines, a bad value...)."""
-        import pyarrow.json as pa_json
-
-        if None in values:
-            return None
-        block = b"\n".join(values)  # type: ignore[arg-type]
-        if block.count(b"\n") != len(values) - 1 or b"\r" in block or _NULL_LINE.search(block):
-            return None  # a value spanning lines, or a null (pyarrow reads it as a row of nulls)
-        try:
-            block.decode("utf-8")
-            table = pa_json.read_json(
-                io.BytesIO(block),
-                read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
-                parse_options=pa_json.ParseOptions(explicit_schema=arrow_schema(self.schema),
-                                                   unexpected_field_behavior="ignore"))
-        except (pa.ArrowException, ValueError):
-            return None
-        if table.num_rows != len(values):
-            return None  # several objects in one value
-        return [table.column(name).combine_chunks() for name in self.names]
-
-    def _fields(self, entries: list[tuple[bytes, dict[bytes, bytes]]], dead: dict[int, tuple[str, str]]
-                ) -> list[pa.Array]:
+    def _fields(self, entries: list[tuple[bytes, dict[bytes, bytes]]], dead: Dead) -> list[pa.Array]:
         texts: list[dict[str, str]] = []
         for row, (_, fields) in enumerate(entries):
             try:
                 texts.append({k.decode(): v.decode() for k, v in fields.items()})
             except UnicodeDecodeError as exc:
-                raw = json.dumps({_text(k): _text(v) for k, v in fields.items()})
+                raw = json.dumps({text(k): text(v) for k, v in fields.items()})
                 dead[row] = (raw, f"invalid UTF-8 ({exc.reason})")
                 texts.append({})
         errors: dict[int, str] = {}
@@ -268,7 +201,7 @@ class RedisStreamReader(DataSourceStreamReader):
             reply = self._script(keys=[stream], args=[after, cap, self.partition_records, upto, before])
         except Exception as exc:  # noqa: BLE001 - redis-py's errors, named in the message
             raise _failed(self.source, self.url, f"cannot read the stream {stream!r}", exc) from None
-        return int(reply[0]), _text(reply[1]), [_text(i) for i in reply[2:]]
+        return int(reply[0]), text(reply[1]), [text(i) for i in reply[2:]]
 
     def initialOffset(self) -> dict:
         # Spark calls this twice for a new query: "latest" must not move in between.
@@ -278,7 +211,7 @@ class RedisStreamReader(DataSourceStreamReader):
                 client = self._connect()
                 for stream in self.streams:
                     try:
-                        self._initial[stream] = _text(client.xinfo_stream(stream)["last-generated-id"])
+                        self._initial[stream] = text(client.xinfo_stream(stream)["last-generated-id"])
                     except Exception as exc:  # noqa: BLE001
                         if "no such key" not in str(exc).lower():
                             raise _failed(self.source, self.url, f"cannot read the stream {stream!r}", exc) from None
@@ -342,7 +275,7 @@ class RedisStreamReader(DataSourceStreamReader):
                 if not entries:
                     break  # trimmed or deleted since the batch was planned
                 yield from decoder.batches(entries)
-                after = _text(entries[-1][0])
+                after = text(entries[-1][0])
                 if len(entries) < CHUNK_ENTRIES:
                     break
         finally:

@@ -1,0 +1,751 @@
+"""RabbitMQ Streams: a replayable source reading a stream by offset, and a sink publishing with de-duplication.
+
+Both speak RabbitMQ's stream protocol through the asyncio client ``rstream``
+(``pip install 'headrace[rabbitmq]'``), on an event loop of their own: Spark calls data sources and
+``foreachBatch`` synchronously. The URL is ``rabbitmq-stream://user:password@host:port/vhost`` (the
+vhost URL-encoded: ``%2f`` is ``/``).
+
+**Source offsets.** ``{"offset": last stream offset read}``, e.g. ``{"offset": 1199}`` (-1: none yet).
+Spark logs the end offset before the batch runs; the batch reads the stream offsets ``start+1`` to
+``end`` (inclusive): each Spark partition subscribes at the first offset of its range and stops at
+its last, never "whatever is there now", so a replayed batch reads exactly the same messages.
+Exactly-once while the messages are kept: a message removed by the stream's retention before its
+batch committed is not read again. Nothing is written to the broker (no stored consumer offsets).
+
+**Latest offset.** The stream protocol of RabbitMQ 3.10 (Debian 12's) has no ``stream stats``
+command, so ``latestOffset`` subscribes at ``last``: the broker then delivers the stream's last
+committed chunk first, whose first offset plus its record count, minus one, is the last committed
+offset. An empty stream delivers nothing: it is waited for ``LAST_CHUNK_WAIT_S`` each time. The end
+is capped by ``max_records_per_batch`` and by adaptive admission; what is left is reported as the
+source's backlog. With the stop file present it returns its start.
+
+**Records.** ``format="json"``: the payload is a JSON object read against ``schema`` as JSON lines
+are; ``format="raw"``: the payload is the schema's one column (string or binary). A payload in AMQP
+1.0 encoding (what most clients, and this module's sink, publish) is read from its data (or value)
+section; any other payload is taken as is. Besides the schema's columns, every record has
+``rabbitmq_offset`` and ``rabbitmq_time`` (the time the broker wrote the message's chunk:
+``event_time="rabbitmq_time"`` uses it as event time). A message that does not fit goes to the dead
+letters with ``<stream>@<offset>`` as its position.
+
+**Sink.** Each row is published as a JSON object (Spark's ``to_json``) in an AMQP 1.0 data section,
+with the publisher ``reference`` ``headrace/<sink identity>`` (``bind``: step, pipeline and
+checkpoint) and a ``publishing_id`` per row. The broker keeps, per stream and reference, the last
+publishing id it wrote, and drops a message whose id is not above it. A batch's rows are sorted by
+their JSON (then key), so a replay publishes them in the same order, and row ``k`` of ``n`` of
+batch ``b`` gets ``b * 2**20 + 2**20 - n + k``: ids grow strictly across batches and a batch's last
+row takes the top id of the batch's block, so ``committed(b)`` is "the broker's last id for the
+reference is at least ``(b + 1) * 2**20 - 1``" (``query_publisher_sequence``). A batch over 2**20
+rows is refused.
+
+Exactly-once holds when (1) a replayed batch has the same rows as its first run (a replayable
+source and deterministic steps: headrace's design), (2) nothing else publishes under the same
+reference, i.e. one pipeline per sink step and checkpoint, and (3) the stream keeps its publisher
+tracking (deleting and re-creating the stream forgets it). A crash in the middle of a batch leaves a
+prefix of its rows written; the replay re-sends them all and the broker drops that prefix. The rows
+pass through the driver (``toArrow``), which reads the batch in full; cap batch sizes at the source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from headrace.connectors.base import (
+    Guarantee,
+    SinkConnector,
+    SourceConnector,
+    SourceContext,
+    stop_requested,
+)
+from headrace.connectors.file_formats.reader import batch_schema
+from headrace.connectors.files_source import spark_schema
+from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches, text
+from headrace.connectors.postgres import redact_dsn
+from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.errors import PlanError, SetupError, SinkError, SourceError
+from headrace.runtime.admission import adaptive_cap, backlog, combined_cap
+from headrace.schema import Schema, schema_of, to_ddl
+
+T = TypeVar("T")
+
+DEFAULT_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2f"
+FORMATS = ("json", "raw")
+STARTS = ("first", "last", "next")
+METADATA: Schema = (("rabbitmq_offset", "long"), ("rabbitmq_time", "timestamp"))
+DEFAULT_MAX_RECORDS = 100_000
+PARTITION_RECORDS = 50_000  # offsets per Spark partition, at most
+ROWS_PER_BATCH = 10_000  # rows per Arrow batch a reader yields
+CREDIT = 4  # chunks the broker may send ahead of the reader
+CONNECT_TIMEOUT_S = 10.0
+LAST_CHUNK_WAIT_S = 2.0  # how long an empty stream is waited for its last chunk
+READ_IDLE_S = 60.0  # a read waiting this long for a planned offset fails
+CONFIRM_TIMEOUT_S = 120.0
+BLOCK = 2 ** 20  # publishing ids per batch
+FRAME_BYTES = 512 * 1024  # payload bytes per publish frame (the client's frame_max is 1 MiB)
+
+
+def _rstream() -> Any:
+    try:
+        import rstream
+    except ImportError:
+        raise SetupError("RabbitMQ Streams need the Python package rstream: pip install 'headrace[rabbitmq]' "
+                         "(or pip install 'rstream>=1.1')") from None
+    return rstream
+
+
+@dataclass(frozen=True)
+class StreamUrl:
+    """A ``rabbitmq-stream://user:password@host:port/vhost`` URL, parsed.
+
+    >>> StreamUrl.parse("rabbitmq-stream://app:s3cret@mq:5553/prod%2Feu")
+    StreamUrl(host='mq', port=5553, user='app', password='s3cret', vhost='prod/eu')
+    >>> StreamUrl.parse("rabbitmq-stream://127.0.0.1").vhost
+    '/'
+    """
+
+    host: str
+    port: int
+    user: str
+    password: str
+    vhost: str
+
+    @staticmethod
+    def parse(url: str) -> StreamUrl:
+        parts = urlsplit(url)
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        return StreamUrl(parts.hostname or "127.0.0.1", parts.port or 5552, unquote(parts.username or "guest"),
+                         unquote(parts.password or "guest"), unquote(path) or "/")
+
+
+def _check_url(where: str, url: Any) -> None:
+    if not isinstance(url, str) or not url.startswith(("rabbitmq-stream://", "rabbitmq-stream+tls://")):
+        raise PlanError(f"{where}: url {redact_dsn(str(url))!r} is not a rabbitmq-stream:// URL, e.g. {DEFAULT_URL}")
+    try:
+        StreamUrl.parse(url)
+    except ValueError as exc:
+        raise PlanError(f"{where}: url {redact_dsn(url)!r} is not a valid URL: {exc}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
+
+
+async def _connect(url: str, name: str) -> Any:
+    """A started, authenticated stream-protocol client."""
+    from rstream.client import Addr, ClientPool
+
+    where = StreamUrl.parse(url)
+    pool = ClientPool(where.host, where.port, username=where.user, password=where.password, vhost=where.vhost,
+                      frame_max=1024 * 1024, heartbeat=60, load_balancer_mode=False, max_retries=1)
+    return await asyncio.wait_for(pool.new(connection_name=name, addr=Addr(where.host, where.port)),
+                                  CONNECT_TIMEOUT_S)
+
+
+async def _close(client: Any) -> None:
+    try:
+        await asyncio.wait_for(client.close(), 10)
+    except Exception:  # noqa: BLE001 - closing must not fail
+        pass
+
+
+class _Loop:
+    """A private event loop with one client on it, made again when its connection drops."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.url, self.name = url, name
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.client: Any = None
+
+    def run(self, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+        return self.loop.run_until_complete(self._run(work))
+
+    async def _run(self, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        if self.client is None or not self.client.is_connection_alive():
+            self.client = await _connect(self.url, self.name)
+        try:
+            return await work(self.client)
+        except BaseException:
+            client, self.client = self.client, None
+            await _close(client)
+            raise
+
+    def close(self) -> None:
+        if self.loop is None:
+            return
+        if self.client is not None:
+            self.loop.run_until_complete(_close(self.client))
+        self.loop.close()
+        self.loop, self.client = None, None
+
+
+class _Subscription:
+    """One subscription's Deliver frames, in a queue of their own."""
+
+    def __init__(self, client: Any, subscription_id: int) -> None:
+        from rstream import schema
+
+        self.client, self.id = client, subscription_id
+        self.frames: asyncio.Queue[Any] = asyncio.Queue()
+        client.add_handler(schema.Deliver, self.frames.put_nowait, name=str(subscription_id))
+
+    async def start(self, stream: str, offset_type: Any, offset: int | None) -> None:
+        from rstream import schema
+
+        await self.client.run_queue_listener_task(self.id, self.frames.put_nowait)
+        await self.client.subscribe(stream, self.id, schema.OffsetSpec.from_params(offset_type, offset),
+                                    initial_credit=CREDIT)
+
+    async def next_chunk(self, timeout: float) -> Any:
+        frame = await asyncio.wait_for(self.frames.get(), timeout)
+        await self.client.credit(self.id, 1)
+        return frame
+
+    async def stop(self) -> None:
+        from rstream import schema
+
+        try:
+            await asyncio.wait_for(self.client.unsubscribe(self.id), 10)
+        finally:
+            self.client.remove_handler(schema.Deliver, name=str(self.id))
+            await self.client.stop_queue_listener_task(self.id)
+
+
+async def last_chunk(client: Any, stream: str, wait_s: float = LAST_CHUNK_WAIT_S) -> tuple[int, int] | None:
+    """(first offset, last offset) of the stream's last committed chunk, or None when the stream is
+    empty (no chunk within ``wait_s``)."""
+    from rstream.constants import OffsetType
+
+    subscription = _Subscription(client, 1)
+    await subscription.start(stream, OffsetType.LAST, None)
+    try:
+        frame = await subscription.next_chunk(wait_s)
+    except TimeoutError:
+        return None
+    finally:
+        await subscription.stop()
+    return int(frame.chunk_first_offset), int(frame.chunk_first_offset) + int(frame.num_records) - 1
+
+
+# ----------------------------------------------------------------------------------------
+# Messages to Arrow record batches.
+
+def payload(message: bytes) -> bytes:
+    """The application payload of a stored message: the data (or value) section of an AMQP 1.0
+    encoded message, any other bytes as they are.
+
+    >>> payload(b'\\x00Su\\xa0\\x07{"a":1}'), payload(b'{"a":1}')
+    (b'{"a":1}', b'{"a":1}')
+    """
+    if message[:4] == b"\x00Su\xa0":  # one data section, vbin8: what this module's sink writes
+        end = 5 + message[4]
+        if len(message) == end:
+            return message[5:end]
+    if message[:2] != b"\x00S":
+        return message
+    from rstream.amqp import amqp_decoder
+
+    decoded = amqp_decoder(message)
+    body = decoded.body if decoded.body is not None else decoded.value
+    if isinstance(body, list):
+        body = b"".join(part if isinstance(part, bytes) else bytes(part) for part in body)
+    if isinstance(body, str):
+        return body.encode()
+    return bytes(body) if body is not None else b""
+
+
+class MessageDecoder:
+    """Turns messages (payload, offset, chunk time in ms) into record batches of the source's Arrow
+    schema: good rows first, then dead letters (``headrace/connectors/payloads.py``)."""
+
+    def __init__(self, options: dict[str, str], schema: Schema, stream: str) -> None:
+        self.stream = stream
+        self.payloads = PayloadDecoder(schema, options.get("format", "json"))
+        self.arrow = batch_schema((*schema, *METADATA), dead_letters=True)
+
+    def batches(self, messages: list[bytes], offsets: list[int], times: list[int]) -> Iterator[pa.RecordBatch]:
+        dead: Dead = {}
+        bodies: list[bytes] = []
+        for row, message in enumerate(messages):
+            try:
+                bodies.append(payload(message))
+            except Exception as exc:  # noqa: BLE001 - the AMQP decoder's errors, named in the record
+                dead[row] = (text(message), f"invalid AMQP 1.0 message ({_reason(exc)})")
+                bodies.append(b"{}")
+        columns = self.payloads.columns(bodies, dead)
+        metadata = [pa.array(offsets, pa.int64()),
+                    pc.multiply(pa.array(times, pa.int64()), 1000).cast(self.arrow.field("rabbitmq_time").type)]
+        yield from record_batches(self.arrow, columns, metadata, dead, [f"{self.stream}@{o}" for o in offsets])
+
+
+# ----------------------------------------------------------------------------------------
+# Spark Python data source.
+
+class OffsetRange(InputPartition):
+    """The stream's offsets after ``after`` up to ``upto`` (inclusive)."""
+
+    def __init__(self, after: int, upto: int) -> None:
+        super().__init__((after, upto))
+        self.after, self.upto = after, upto
+
+
+def _options_schema(options: dict[str, str]) -> Schema:
+    return schema_of([tuple(pair) for pair in json.loads(options.get("schema") or "[]")])
+
+
+def _source_failed(source: str, url: str, doing: str, exc: BaseException) -> SourceError:
+    return SourceError(f"source {source!r}: RabbitMQ at {redact_dsn(url)}: {doing}: {_reason(exc)}")
+
+
+class RabbitMQStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.stream = options.get("stream", "")
+        self.url = options.get("url", DEFAULT_URL)
+        self.start = options.get("start", "first")
+        cap = options.get("max_records_per_batch") or ""
+        self.max_records = int(cap) if cap.isdigit() else None
+        self.partition_records = int(options.get("partition_records", PARTITION_RECORDS))
+        self.source = options.get("hr_source", "rabbitmq")
+        self.schema = _options_schema(options)
+        self._driver: _Loop | None = None
+        self._initial: dict | None = None
+        self._backlog: int | None = None
+
+    def _last_chunk(self) -> tuple[int, int] | None:
+        if self._driver is None:
+            _rstream()
+            self._driver = _Loop(self.url, f"headrace-{self.source}")
+        try:
+            return self._driver.run(lambda client: last_chunk(client, self.stream))
+        except Exception as exc:  # noqa: BLE001 - rstream's errors, named in the message
+            raise _source_failed(self.source, self.url, f"cannot read the stream {self.stream!r}", exc) from None
+
+    def initialOffset(self) -> dict:
+        # Spark calls this twice for a new query: "last" and "next" must not move in between.
+        if self._initial is None:
+            offset = -1
+            if self.start != "first":
+                found = self._last_chunk()
+                if found is not None:
+                    offset = found[0] - 1 if self.start == "last" else found[1]
+            self._initial = {"offset": offset}
+        return dict(self._initial)
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        if stop_requested(self.options):
+            return start
+        first = int(start.get("offset", -1))
+        found = self._last_chunk()
+        if found is None or found[1] <= first:
+            self._backlog = 0
+            return start
+        max_rows = getattr(limit, "max_rows", None)
+        cap = combined_cap(self.max_records, adaptive_cap(self.options), None if max_rows is None else int(max_rows))
+        end = found[1] if cap is None else min(found[1], first + cap)
+        self._backlog = found[1] - end
+        return {"offset": end}
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._backlog is None else backlog(self._backlog)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        after, upto = int(start.get("offset", -1)), int(end.get("offset", -1))
+        bounds = [*range(after, upto, self.partition_records), upto]
+        return [OffsetRange(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        _rstream()
+        loop = asyncio.new_event_loop()
+        decoder = MessageDecoder(self.options, self.schema, self.stream)
+        try:
+            client = loop.run_until_complete(self._run(_connect(self.url, f"headrace-{self.source}-reader"),
+                                                       "cannot connect"))
+            try:
+                subscription = _Subscription(client, 1)
+                from rstream.constants import OffsetType
+
+                loop.run_until_complete(self._run(subscription.start(self.stream, OffsetType.OFFSET,
+                                                                     partition.after + 1),
+                                                  f"cannot subscribe to the stream {self.stream!r}"))
+                messages: list[bytes] = []
+                offsets: list[int] = []
+                times: list[int] = []
+                last = partition.after
+                while last < partition.upto:
+                    frame = loop.run_until_complete(self._next(subscription, partition))
+                    offset = int(frame.chunk_first_offset) - 1
+                    for message in frame.get_messages():
+                        offset += 1
+                        if partition.after < offset <= partition.upto:
+                            messages.append(message)
+                            offsets.append(offset)
+                            times.append(int(frame.timestamp))
+                    last = max(last, offset)
+                    if len(messages) >= ROWS_PER_BATCH or last >= partition.upto:
+                        yield from decoder.batches(messages, offsets, times)
+                        messages, offsets, times = [], [], []
+                loop.run_until_complete(subscription.stop())
+            finally:
+                loop.run_until_complete(_close(client))
+        finally:
+            loop.close()
+
+    async def _run(self, work: Coroutine[Any, Any, T], doing: str) -> T:
+        try:
+            return await work
+        except Exception as exc:  # noqa: BLE001
+            raise _source_failed(self.source, self.url, doing, exc) from None
+
+    async def _next(self, subscription: _Subscription, partition: OffsetRange) -> Any:
+        try:
+            return await subscription.next_chunk(READ_IDLE_S)
+        except TimeoutError:
+            raise SourceError(f"source {self.source!r}: RabbitMQ at {redact_dsn(self.url)}: the stream "
+                              f"{self.stream!r} sent nothing for {READ_IDLE_S:g} s while offsets "
+                              f"{partition.after + 1}..{partition.upto} were read (removed by retention?)") from None
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None
+
+
+class RabbitMQDataSource(DataSource):
+    """Spark data source ``headrace_rabbitmq``; options as produced by ``RabbitMQ.options()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "headrace_rabbitmq"
+
+    def schema(self) -> str:
+        return spark_schema((*_options_schema(dict(self.options)), *METADATA), dead_letters=True)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return RabbitMQStreamReader(dict(self.options))
+
+
+def _check_stream(where: str, stream: Any) -> str:
+    if not isinstance(stream, str) or not stream.strip():
+        raise PlanError(f"{where}: stream must be a stream name, got {stream!r}")
+    if len(stream.encode()) > 255:
+        raise PlanError(f"{where}: a stream name has at most 255 bytes, got {len(stream.encode())}")
+    return stream
+
+
+@dataclass(frozen=True, init=False)
+class RabbitMQ(SourceConnector):
+    """The messages of the RabbitMQ stream ``stream``, read over the stream protocol from ``url``.
+
+    ``format``: "json" (the payload is a JSON object) or "raw" (the payload is the schema's one
+    column, string or binary). ``schema``: the record's fields (any form ``schema_of`` accepts);
+    the source adds ``rabbitmq_offset`` and ``rabbitmq_time``. ``start``: where a new pipeline
+    starts: "first" (every message kept), "last" (the stream's last chunk on) or "next" (only
+    messages published after it starts); a restarted one continues from its checkpoint.
+    ``max_records_per_batch``: messages per micro-batch (None: all there are).
+    ``partition_records``: offsets per Spark partition at most. Exactly-once while the messages
+    are kept (see the module's docstring).
+    """
+
+    stream: str
+    data_schema: Schema
+    url: str
+    format: str
+    start: str
+    max_records_per_batch: int | None
+    partition_records: int
+
+    guarantee = Guarantee.EXACTLY_ONCE
+    emits_dead_letters = True
+
+    def __init__(self, stream: str, *, schema: Any, url: str = DEFAULT_URL, format: str = "json",
+                 start: str = "first", max_records_per_batch: int | None = DEFAULT_MAX_RECORDS,
+                 partition_records: int = PARTITION_RECORDS) -> None:
+        _check_stream("RabbitMQ()", stream)
+        where = f"RabbitMQ({stream})"
+        if format not in FORMATS:
+            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
+        if schema is None:
+            raise PlanError(f"{where}: needs schema=, e.g. schema='user string, amount long'")
+        if start not in STARTS:
+            raise PlanError(f"{where}: start={start!r} is not one of {', '.join(STARTS)}")
+        _check_url(where, url)
+        if max_records_per_batch is not None and max_records_per_batch < 1:
+            raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
+        if partition_records < 1:
+            raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
+        data_schema = schema_of(schema, where)
+        taken = sorted({n for n, _ in data_schema} & {n for n, _ in METADATA})
+        if taken:
+            raise PlanError(f"{where}: the schema's field(s) {', '.join(taken)} clash with the source's own "
+                            f"columns {', '.join(n for n, _ in METADATA)}; rename them")
+        if format == "raw" and (len(data_schema) != 1 or data_schema[0][1] not in ("string", "binary")):
+            raise PlanError(f"{where}: format='raw' puts the payload in one column: the schema must be one "
+                            f"string or binary column, e.g. schema='body string'")
+        set_field = object.__setattr__
+        set_field(self, "stream", stream)
+        set_field(self, "data_schema", data_schema)
+        set_field(self, "url", url)
+        set_field(self, "format", format)
+        set_field(self, "start", start)
+        set_field(self, "max_records_per_batch", max_records_per_batch)
+        set_field(self, "partition_records", partition_records)
+
+    def schema(self) -> Schema:
+        return (*self.data_schema, *METADATA)
+
+    def data_source(self) -> type:
+        return RabbitMQDataSource
+
+    def options(self) -> dict[str, str]:
+        return {
+            "stream": self.stream,
+            "url": self.url,
+            "format": self.format,
+            "schema": json.dumps([list(pair) for pair in self.data_schema]),
+            "start": self.start,
+            "max_records_per_batch": str(self.max_records_per_batch or ""),
+            "partition_records": str(self.partition_records),
+        }
+
+    def offset_identity(self) -> dict[str, Any]:
+        """An offset is a position in one stream: the stream and how a message becomes a record
+        fix what it means; the URL, where a new pipeline starts and batch sizes do not."""
+        return {"stream": self.stream, "format": self.format, "schema": to_ddl(self.data_schema)}
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "RabbitMQ", "stream": self.stream, "url": redact_dsn(self.url), "format": self.format,
+                "schema": to_ddl(self.data_schema), "start": self.start,
+                "max_records_per_batch": self.max_records_per_batch, "partition_records": self.partition_records,
+                "guarantee": self.guarantee.value, "dead_letters": True}
+
+    def prepare(self, context: SourceContext) -> None:
+        """Fail before Spark starts when the broker cannot be reached or the stream is missing."""
+        _rstream()
+        asyncio.run(self._check(context.source_name))
+
+    async def _check(self, source: str) -> None:
+        try:
+            client = await _connect(self.url, f"headrace-{source}")
+        except Exception as exc:  # noqa: BLE001
+            raise _source_failed(source, self.url, "cannot connect", exc) from None
+        try:
+            exists = await client.stream_exists(self.stream)
+        except Exception as exc:  # noqa: BLE001
+            raise _source_failed(source, self.url, f"cannot look up the stream {self.stream!r}", exc) from None
+        finally:
+            await _close(client)
+        if not exists:
+            raise SourceError(f"source {source!r}: RabbitMQ at {redact_dsn(self.url)}: no stream named "
+                              f"{self.stream!r}; create it first (rabbitmq-streams add_stream {self.stream})")
+
+
+# ----------------------------------------------------------------------------------------
+# Sink.
+
+def publishing_ids(batch_id: int, rows: int) -> range:
+    """The publishing ids of a batch's rows: the top of the batch's block, so the last row's id
+    says the batch is complete.
+
+    >>> ids = publishing_ids(3, 2); (ids[0] - 3 * BLOCK, ids[-1] == 4 * BLOCK - 1)
+    (1048574, True)
+    """
+    top = (batch_id + 1) * BLOCK
+    return range(top - rows, top)
+
+
+def publisher_reference(identity: str) -> str:
+    """The publisher reference of a sink identity (at most 256 bytes, as the protocol allows).
+
+    >>> publisher_reference("out/orders@3274e357")
+    'headrace/out/orders@3274e357'
+    """
+    import hashlib
+
+    reference = f"headrace/{identity}"
+    if len(reference.encode()) <= 256:
+        return reference
+    return f"headrace/{hashlib.sha256(identity.encode()).hexdigest()}"
+
+
+class RabbitMQSink(SinkConnector):
+    """Publish each row as a JSON object to the RabbitMQ stream ``stream`` at ``url``, exactly once
+    through the broker's de-duplication (see the module's docstring for when that holds).
+
+    ``key``: a column whose value (as text) goes with each message as the AMQP application
+    property ``key``; None: no key. ``name``: the identity the publisher reference derives from when
+    the sink is not bound to a pipeline's step.
+    """
+
+    guarantee = Guarantee.EXACTLY_ONCE
+    native_format = None
+
+    def __init__(self, stream: str, *, url: str = DEFAULT_URL, key: str | None = None,
+                 name: str | None = None) -> None:
+        _check_stream("RabbitMQ sink", stream)
+        where = f"RabbitMQ sink for stream {stream!r}"
+        _check_url(where, url)
+        if key is not None and (not isinstance(key, str) or not key):
+            raise PlanError(f"{where}: key must be a column name, got {key!r}")
+        self.stream, self.url, self.key = stream, url, key
+        self._name = name
+        self._step: SinkStep | None = None
+        self._session: _Loop | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_session": None}
+
+    @property
+    def name(self) -> str:
+        return self._name or self.stream
+
+    @property
+    def reference(self) -> str:
+        return publisher_reference(self.name)
+
+    def bind(self, identity: str, defined_at: str = "") -> RabbitMQSink:
+        """A copy of this sink publishing under ``identity`` (``headrace/spark/writer.py``)."""
+        bound = copy.copy(self)
+        bound._name, bound._step, bound._session = identity, SinkStep(step_name(identity), defined_at), None
+        return bound
+
+    def _where(self) -> str:
+        return str(self._step or SinkStep(step_name(self.name)))
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "RabbitMQ", "stream": self.stream, "url": redact_dsn(self.url), "key": self.key,
+                "guarantee": self.guarantee.value}
+
+    def __repr__(self) -> str:
+        return f"RabbitMQ({self.stream!r}, url={redact_dsn(self.url)!r}, key={self.key!r})"
+
+    def _run(self, doing: str, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        if self._session is None:
+            _rstream()
+            self._session = _Loop(self.url, "headrace-sink")
+        try:
+            return self._session.run(work)
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - rstream's errors, named in the message
+            raise SinkError(f"{self._where()}: RabbitMQ at {redact_dsn(self.url)}: {doing}: {_reason(exc)}") from None
+
+    def prepare(self, run_dir: str) -> None:
+        """Fail before the query starts when the broker cannot be reached or the stream is missing."""
+        exists = self._run("cannot connect", lambda client: client.stream_exists(self.stream))
+        if not exists:
+            raise SinkError(f"{self._where()}: RabbitMQ at {redact_dsn(self.url)}: no stream named {self.stream!r}; "
+                            f"create it first (rabbitmq-streams add_stream {self.stream})")
+
+    def last_publishing_id(self) -> int:
+        """The last publishing id the broker wrote for this sink's reference (0: none)."""
+        return self._run("cannot query the publisher sequence",
+                         lambda client: client.query_publisher_sequence(self.stream, self.reference))
+
+    def committed(self, batch_id: int) -> bool:
+        return self.last_publishing_id() >= publishing_ids(batch_id, 0).stop - 1
+
+    def _records(self, df: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
+        if self.key is None:
+            return df.select(value.alias("value"))
+        if self.key not in df.columns:
+            raise SinkError(f"{self._where()}: the key column {self.key!r} is not among the rows' columns "
+                            f"{list(df.columns)}")
+        return df.select(value.alias("value"), F.col(f"`{self.key}`").cast("string").alias("key"))
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        table = self._records(df).toArrow()  # reads the whole batch, so its stateful operators commit
+        if table.num_rows > BLOCK:
+            raise SinkError(f"{self._where()}: batch {batch_id} has {table.num_rows} rows; a RabbitMQ sink publishes "
+                            f"at most {BLOCK} rows per batch (its publishing ids): lower the source's "
+                            f"max_records_per_batch")
+        if not table.num_rows:
+            return
+        order = [("value", "ascending")] + ([("key", "ascending")] if self.key else [])
+        table = table.take(pc.sort_indices(table, sort_keys=order))  # the same order in a replay
+        self.publish(batch_id, table.column("value").to_pylist(),
+                     table.column("key").to_pylist() if self.key else None)
+
+    def publish(self, batch_id: int, values: list[str], keys: list[str | None] | None = None,
+                count: int | None = None) -> None:
+        """Publish the first ``count`` (default: all) of a batch's rows, in the order given, with
+        their publishing ids; ``write_batch`` gives them sorted."""
+        ids = publishing_ids(batch_id, len(values))
+        upto = len(values) if count is None else count
+        self._run(f"cannot publish batch {batch_id}",
+                  lambda client: self._publish(client, batch_id, values[:upto], None if keys is None else keys[:upto],
+                                               ids[:upto]))
+
+    async def _publish(self, client: Any, batch_id: int, values: list[str], keys: list[str | None] | None,
+                       ids: range) -> None:
+        from rstream import schema
+        from rstream.amqp import AMQPMessage
+
+        if not values:
+            return
+        confirmed: set[int] = set()
+        errors: list[str] = []
+        done = asyncio.Event()
+
+        def on_confirm(frame: Any) -> None:
+            confirmed.update(frame.publishing_ids)
+            if len(confirmed) >= len(values):
+                done.set()
+
+        def on_error(frame: Any) -> None:
+            errors.extend(f"publishing id {e.publishing_id}: code {e.response_code}" for e in frame.errors)
+            done.set()
+
+        publisher = 1
+        client.add_handler(schema.PublishConfirm, on_confirm, name="headrace-confirm")
+        client.add_handler(schema.PublishError, on_error, name="headrace-error")
+        await client.declare_publisher(self.stream, self.reference, publisher)
+        try:
+            frame: list[Any] = []
+            size = 0
+            for k, value in enumerate(values):
+                properties = None if keys is None or keys[k] is None else {"key": keys[k]}
+                body = bytes(AMQPMessage(body=value.encode(), application_properties=properties))
+                frame.append(schema.Message(publishing_id=ids[k], data=body, filter_value=None))
+                size += len(body) + 12
+                if size >= FRAME_BYTES:
+                    await client.publish(frame, publisher)
+                    frame, size = [], 0
+            if frame:
+                await client.publish(frame, publisher)
+            try:
+                await asyncio.wait_for(done.wait(), CONFIRM_TIMEOUT_S)
+            except TimeoutError:
+                raise SinkError(f"{self._where()}: RabbitMQ at {redact_dsn(self.url)}: batch {batch_id}: "
+                                f"{len(values) - len(confirmed)} of {len(values)} messages not confirmed within "
+                                f"{CONFIRM_TIMEOUT_S:g} s") from None
+            if errors:
+                raise SinkError(f"{self._where()}: RabbitMQ at {redact_dsn(self.url)}: batch {batch_id}: the stream "
+                                f"{self.stream!r} refused messages ({'; '.join(errors[:3])})")
+        finally:
+            client.remove_handler(schema.PublishConfirm, name="headrace-confirm")
+            client.remove_handler(schema.PublishError, name="headrace-error")
+            await client.delete_publisher(publisher)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
