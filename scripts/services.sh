@@ -3,7 +3,7 @@
 # user postgres, trust auth for local TCP connections, wal_level=logical and wal2json
 # (scripts/postgres_logical.sh); Spark's Kafka connector jars
 # (scripts/fetch_jars.sh) and one Apache Kafka broker on 127.0.0.1:9092 (scripts/kafka.sh); Redis on
-# 127.0.0.1:6379 (scripts/redis.sh); Mosquitto
+# 127.0.0.1:6379 (scripts/redis.sh); NATS with JetStream on 127.0.0.1:4222 (scripts/nats.sh); Mosquitto
 # (MQTT) on 127.0.0.1:1883 (scripts/mosquitto.sh).
 # Safe to run any number of times.
 # Exits non-zero, saying why, when a service cannot be had (then its tests skip, or fail in CI).
@@ -90,5 +90,6 @@ if jars=$(bash "$here/fetch_jars.sh"); then say "Spark's connector jars are in $
 if servers=$(bash "$here/kafka.sh" start); then say "Kafka is up on $servers"; else status=1; fi
 if url=$(bash "$here/redis.sh" start); then say "Redis is up on $url"; else status=1; fi
 if url=$(bash "$here/mosquitto.sh" start); then say "Mosquitto (MQTT) is up on $url"; else status=1; fi
+if url=$(bash "$here/nats.sh" start); then say "NATS (JetStream) is up on $url"; else status=1; fi
 if url=$(bash "$here/rabbitmq.sh" start); then say "RabbitMQ (streams) is up on $url"; else status=1; fi
 exit "$status"

@@ -1,0 +1,35 @@
+"""A driver process for tests/test_nats_jetstream.py: a NATS JetStream stream -> Files, until SIGTERM.
+
+    python tests/nats_driver.py '{"name": ..., "stream": ..., "url": ..., "state_dir": ..., "out": ...}'
+
+The test run holds a local Spark session of its own, and the test kills this process with SIGKILL:
+the pipeline runs here, in a process (group) of its own. On SIGTERM it stops at a batch boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import headrace as hr
+
+SCHEMA = "order_id long, user string, amount long"
+
+
+def pipeline(args: dict) -> hr.Pipeline:
+    p = hr.Pipeline(args["name"])
+    source = hr.sources.Nats(args["stream"], schema=SCHEMA, url=args["url"],
+                             max_records_per_batch=args["max_records_per_batch"])
+    (p.source("orders", source)
+      .select("order_id", "user", "amount", "nats_subject", "nats_seq")
+      .sink("out", hr.sinks.Files(args["out"], format="jsonl")))
+    return p
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    hr.run(pipeline(args), state_dir=args["state_dir"], progress="quiet", until_exhausted=False)
+
+
+if __name__ == "__main__":
+    main()
