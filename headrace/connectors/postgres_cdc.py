@@ -75,7 +75,9 @@ def lsn_int(lsn: str) -> int:
 
 
 def lsn_text(value: int) -> str:
-    """>>> lsn_text(lsn_int("A/16B3748"))
+    """An LSN as PostgreSQL writes it.
+
+    >>> lsn_text(lsn_int("A/16B3748"))
     'A/16B3748'
     """
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
