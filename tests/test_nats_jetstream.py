@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -23,6 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import service_or_skip
+from driver_process import Driver
 
 import headrace as hr
 from headrace.connectors.files_sink import read_rows
@@ -265,67 +263,6 @@ def test_stop_and_restart_gives_the_uninterrupted_output(spark: Any, server: Non
     assert per_user(rows) == per_user(first + later)
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    children.setdefault(int(stat.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-class Driver:
-    """tests/nats_driver.py in a session (process group) of its own."""
-
-    def __init__(self, args: dict[str, Any], log: Path) -> None:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
-        with open(log, "ab") as out:
-            self.process = subprocess.Popen([sys.executable, str(DRIVER), json.dumps(args)], cwd=ROOT, env=env,
-                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.log = log
-
-    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 180) -> None:
-        deadline = time.time() + timeout
-        while not check():
-            if self.process.poll() is not None:
-                pytest.fail(f"the driver exited ({self.process.returncode}) waiting for {what}: {self.tail()}")
-            if time.time() > deadline:
-                pytest.fail(f"no {what} after {timeout:.0f} s: {self.tail()}")
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        """SIGKILL its process group, and the processes that left it (Spark's Python worker daemon)."""
-        if self.process.poll() is None:
-            strays = _descendants(self.process.pid)
-            os.killpg(self.process.pid, signal.SIGKILL)
-            for pid in strays:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        self.process.wait(30)
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(120)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"the driver did not stop within 120 s of SIGTERM: {self.tail()}")
-        assert self.process.returncode == 0, self.tail()
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-
 def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(server: None, tmp_path: Path) -> None:
     stream = new_stream()
     records = orders(3000)
@@ -342,14 +279,14 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(serve
     def written() -> list[dict[str, Any]]:
         return read_rows(str(out), "jsonl") if out.is_dir() else []
 
-    first = Driver(args, tmp_path / "driver.log")
+    first = Driver(DRIVER, args, tmp_path / "driver.log")
     try:
         first.wait_for("2 committed batches", lambda: committed() >= 2)
         first.kill()
     finally:
         first.kill()
     assert len(written()) < len(records), "the driver should have been killed mid-stream"
-    second = Driver(args, tmp_path / "driver.log")
+    second = Driver(DRIVER, args, tmp_path / "driver.log")
     try:
         second.wait_for("every record written", lambda: len(written()) >= len(records))
         second.stop()

@@ -1,0 +1,80 @@
+"""A driver process for the connectors' SIGKILL tests: started in a process group of its own,
+killed with SIGKILL (group and strays), or stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    children.setdefault(int(stat.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class Driver:
+    """A connector test's driver script (``tests/<system>_driver.py``, given its arguments as JSON)
+    in a session (process group) of its own, so a kill takes Spark's JVM and workers with it."""
+
+    def __init__(self, script: Path, args: dict[str, Any], log: Path) -> None:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen([sys.executable, str(script), json.dumps(args)], cwd=ROOT, env=env,
+                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.log = log
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 180) -> None:
+        deadline = time.time() + timeout
+        while not check():
+            if self.process.poll() is not None:
+                pytest.fail(f"the driver exited ({self.process.returncode}) waiting for {what}: {self.tail()}")
+            if time.time() > deadline:
+                pytest.fail(f"no {what} after {timeout:.0f} s: {self.tail()}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL its process group, and the processes that left it (Spark's Python worker daemon)."""
+        if self.process.poll() is None:
+            strays = _descendants(self.process.pid)
+            os.killpg(self.process.pid, signal.SIGKILL)
+            for pid in strays:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(120)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"the driver did not stop within 120 s of SIGTERM: {self.tail()}")
+        assert self.process.returncode == 0, self.tail()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
