@@ -70,7 +70,7 @@ from headrace.connectors.base import (
 )
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.files_source import spark_schema
-from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches
+from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches
 from headrace.connectors.postgres import redact_dsn
 from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SetupError, SinkError, SourceError
@@ -445,11 +445,7 @@ class Nats(SourceConnector):
             raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
         if partition_records < 1:
             raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
-        data_schema = schema_of(schema, where)
-        taken = sorted({n for n, _ in data_schema} & {n for n, _ in METADATA})
-        if taken:
-            raise PlanError(f"{where}: the schema's field(s) {', '.join(taken)} clash with the source's own "
-                            f"columns {', '.join(n for n, _ in METADATA)}; rename them")
+        data_schema = message_schema(schema, METADATA, where)
         if format == "raw" and (len(data_schema) != 1 or data_schema[0][1] not in ("string", "binary")):
             raise PlanError(f"{where}: format='raw' puts the payload in one column: the schema must be one "
                             f"string or binary field, e.g. schema='payload string'; got {to_ddl(data_schema)!r}")

@@ -24,12 +24,24 @@ import pyarrow as pa
 from headrace.connectors.base import DEAD_COLUMNS
 from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
 from headrace.connectors.file_formats.values import convert_values, show
-from headrace.schema import Schema, arrow_schema
+from headrace.errors import PlanError
+from headrace.schema import Schema, arrow_schema, schema_of
 
 _NULL_LINE = re.compile(rb"^[ \t]*null[ \t]*$", re.MULTILINE)
 _JSON_FAST_TYPES = {"string", "long", "int", "double", "float", "boolean", "timestamp"}
 
 Dead = dict[int, tuple[str, str]]  # row -> (raw text, error)
+
+
+def message_schema(schema: Any, metadata: Schema, where: str) -> Schema:
+    """The data columns a source's ``schema=`` describes, refused when one takes the name of one of
+    the source's own ``metadata`` columns."""
+    data = schema_of(schema, where)
+    taken = sorted({n for n, _ in data} & {n for n, _ in metadata})
+    if taken:
+        raise PlanError(f"{where}: the schema's field(s) {', '.join(taken)} clash with the source's own "
+                        f"columns {', '.join(n for n, _ in metadata)}; rename them")
+    return data
 
 
 def text(value: bytes) -> str:

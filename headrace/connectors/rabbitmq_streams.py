@@ -68,7 +68,7 @@ from headrace.connectors.base import (
 )
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.files_source import spark_schema
-from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches, text
+from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches, text
 from headrace.connectors.postgres import redact_dsn
 from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SetupError, SinkError, SourceError
@@ -489,11 +489,7 @@ class RabbitMQ(SourceConnector):
             raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
         if partition_records < 1:
             raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
-        data_schema = schema_of(schema, where)
-        taken = sorted({n for n, _ in data_schema} & {n for n, _ in METADATA})
-        if taken:
-            raise PlanError(f"{where}: the schema's field(s) {', '.join(taken)} clash with the source's own "
-                            f"columns {', '.join(n for n, _ in METADATA)}; rename them")
+        data_schema = message_schema(schema, METADATA, where)
         if format == "raw" and (len(data_schema) != 1 or data_schema[0][1] not in ("string", "binary")):
             raise PlanError(f"{where}: format='raw' puts the payload in one column: the schema must be one "
                             f"string or binary column, e.g. schema='body string'")

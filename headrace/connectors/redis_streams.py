@@ -37,7 +37,7 @@ from headrace.connectors.file_formats.csv import TEXT_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.file_formats.values import convert_values
 from headrace.connectors.files_source import spark_schema
-from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches, text
+from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches, text
 from headrace.connectors.postgres import redact_dsn
 from headrace.errors import PlanError, SetupError, SourceError
 from headrace.runtime.admission import adaptive_cap, combined_cap
@@ -353,11 +353,7 @@ class Redis(SourceConnector):
             raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
         if partition_records < 1:
             raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
-        data_schema = schema_of(schema, where)
-        taken = sorted({n for n, _ in data_schema} & {n for n, _ in METADATA})
-        if taken:
-            raise PlanError(f"{where}: the schema's field(s) {', '.join(taken)} clash with the source's own "
-                            f"columns {', '.join(n for n, _ in METADATA)}; rename them")
+        data_schema = message_schema(schema, METADATA, where)
         set_field = object.__setattr__
         set_field(self, "streams", names)
         set_field(self, "data_schema", data_schema)
