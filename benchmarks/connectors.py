@@ -13,7 +13,9 @@ once (MQTT: before every reading, see below), then reads them back two ways:
   ``pg_logical_slot_peek_changes`` (wal2json, the plugin options headrace uses) through a
   server-side cursor; mqtt: a paho subscriber (MQTT 5, QoS 1, receive maximum 65,535, the
   library's own acknowledgements); nats: nats-py, an ephemeral pull consumer (no acks, in
-  memory) fetching 2,000 messages at a time; files: Spark's own ``spark.readStream.schema(...)
+  memory) fetching 2,000 messages at a time; rabbitmq: rstream's ``Consumer`` (the client headrace's
+  connector uses) subscribed at the stream's first offset with its default credit (10 chunks),
+  decoding each message in its callback; files: Spark's own ``spark.readStream.schema(...)
   .json(...)`` into the ``noop`` sink (Spark is the reference there, not a Python loop).
 * **headrace**: the pipeline ``source -> hr.sinks.Null()`` with the connector's defaults and the
   records' schema, run until it has read every record (files: a bounded source, run to its end).
@@ -36,6 +38,12 @@ before the timed interval opens, which is at most 6.5 % of 1 M.
 commits: a base slot is created before the rows are inserted (1,000 rows per transaction), the
 client peeks at it (consuming nothing) and each headrace run reads a copy of it
 (``pg_copy_logical_replication_slot``), dropped afterwards.
+
+**RabbitMQ** gets the records once, into a new stream, as bare JSON payloads (no AMQP 1.0
+envelope: the client's cheapest case) published with rstream's ``Producer.send_batch``, 5,000
+messages per publish frame, so the broker stores them in chunks of up to that many; both readers
+read those same chunks. headrace's source uses its defaults (100,000 offsets per micro-batch, Spark
+partitions of 50,000).
 
 After one unmeasured warm-up reading of each (not with ``--quick``), ``--runs`` readings of each
 alternate (client first, then headrace first, ...). Each source prints both medians in records/s
@@ -72,7 +80,7 @@ from benchmarks.common import Print, alternating, fresh_dir, processing_seconds 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "id long, user string, kind string, amount long"
 KINDS = ("view", "click", "view", "buy", "view")
-NAMES = ("redis", "postgres-cdc", "mqtt", "nats", "files", "files-python")
+NAMES = ("redis", "postgres-cdc", "mqtt", "nats", "rabbitmq", "files", "files-python")
 TARGETS = {"files": 0.95, "files-python": 0.95}  # the others: TARGET
 TARGET = 0.8
 READERS = ("client", "headrace")
@@ -80,6 +88,8 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 PG_DSN = os.environ.get("HEADRACE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 MQTT_URL = "mqtt://127.0.0.1:1883"
 NATS_URL = "nats://127.0.0.1:4222"
+RABBITMQ_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2f"
+RABBITMQ_PUBLISH_BATCH = 5_000  # messages per publish frame when loading (about 300 KB: under the 1 MiB frame)
 PG_TRANSACTION_ROWS = 1_000
 CHUNK = 10_000
 SETTLE_TIMEOUT_S = 900.0
@@ -510,6 +520,95 @@ class NatsBench(Bench):
 
 
 @dataclass
+class RabbitMQBench(Bench):
+    name: str = "rabbitmq"
+    stream: str = field(default_factory=lambda: f"hr_bench_{uuid.uuid4().hex[:10]}")
+
+    def unavailable(self) -> str | None:
+        try:
+            import rstream  # noqa: F401
+
+            import headrace.connectors.rabbitmq_streams  # noqa: F401
+        except Exception as exc:  # noqa: BLE001 - rstream missing: say why it cannot run
+            return f"the RabbitMQ Streams connector cannot be imported ({type(exc).__name__}: {exc}): " \
+                   f"pip install 'headrace[rabbitmq]'"
+        return start_service("rabbitmq.sh", 5552)
+
+    def _where(self) -> dict[str, Any]:
+        from headrace.connectors.rabbitmq_streams import StreamUrl
+
+        url = StreamUrl.parse(RABBITMQ_URL)
+        return {"host": url.host, "port": url.port, "username": url.user, "password": url.password,
+                "vhost": url.vhost}
+
+    def load(self) -> None:
+        asyncio.run(self._load())
+
+    async def _load(self) -> None:
+        """The records as bare JSON payloads, ``RABBITMQ_PUBLISH_BATCH`` per publish frame, then a
+        wait for the broker's confirmation of every one."""
+        from rstream import Producer
+
+        confirmed, refused, done = [0], [0], asyncio.Event()
+
+        def on_confirm(status: Any) -> None:
+            (confirmed if status.is_confirmed else refused)[0] += 1
+            if confirmed[0] + refused[0] >= self.records:
+                done.set()
+
+        async with Producer(**self._where(), connection_name="hr-bench-load") as producer:
+            await producer.create_stream(self.stream)
+            for first in range(0, self.records, RABBITMQ_PUBLISH_BATCH):
+                batch = [record(i) for i in range(first, min(self.records, first + RABBITMQ_PUBLISH_BATCH))]
+                await producer.send_batch(self.stream, batch, on_publish_confirm=on_confirm)
+            try:
+                await asyncio.wait_for(done.wait(), SETTLE_TIMEOUT_S)
+            except TimeoutError:
+                raise RuntimeError(f"RabbitMQ confirmed {confirmed[0]:,} of {self.records:,} messages") from None
+        if refused[0]:
+            raise RuntimeError(f"RabbitMQ refused {refused[0]:,} of {self.records:,} messages")
+
+    def client(self) -> Reading:
+        return timed_client(lambda: asyncio.run(self._read()))
+
+    async def _read(self) -> int:
+        """rstream's consumer from the first offset (its default credit of 10 chunks), decoding
+        each message's JSON in the callback, until every record is read."""
+        from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
+
+        count, done = [0], asyncio.Event()
+
+        def on_message(message: bytes, _context: Any) -> None:
+            json.loads(message)
+            count[0] += 1
+            if count[0] >= self.records:
+                done.set()
+
+        async with Consumer(**self._where(), connection_name="hr-bench-client") as consumer:
+            await consumer.subscribe(self.stream, on_message,
+                                     offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None))
+            try:
+                await asyncio.wait_for(done.wait(), SETTLE_TIMEOUT_S)
+            except TimeoutError:
+                raise RuntimeError(f"the RabbitMQ client read {count[0]:,} of {self.records:,} messages") from None
+        return count[0]
+
+    def headrace(self) -> Reading:
+        import headrace as hr
+
+        source = hr.sources.RabbitMQ(self.stream, schema=SCHEMA, url=RABBITMQ_URL)
+        return run_headrace(pipeline_of(self.name, source), self.workdir, self.records)
+
+    def cleanup(self) -> None:
+        async def delete() -> None:
+            from rstream import Producer
+
+            async with Producer(**self._where(), connection_name="hr-bench-cleanup") as producer:
+                await producer.delete_stream(self.stream, missing_ok=True)
+        asyncio.run(delete())
+
+
+@dataclass
 class FilesBench(Bench):
     name: str = "files"
     control_rows: int = 0
@@ -562,7 +661,8 @@ class PythonFilesBench(FilesBench):
 
 
 BENCHES: dict[str, type[Bench]] = {"redis": RedisBench, "postgres-cdc": PostgresBench, "mqtt": MqttBench,
-                                   "nats": NatsBench, "files": FilesBench, "files-python": PythonFilesBench}
+                                   "nats": NatsBench, "rabbitmq": RabbitMQBench, "files": FilesBench,
+                                   "files-python": PythonFilesBench}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from headrace.runtime.signals import stop_on_signals
 STATE_DIR_HELP = ("where checkpoints live: a directory, or a Hadoop URI such as hdfs://namenode:8020/state "
                   "(default: $HEADRACE_STATE_DIR or .headrace)")
 RUNS_PIPELINES = ("run", "demo")  # the commands whose Ctrl-C and SIGTERM stop a run (headrace/runtime/signals.py)
+PIPELINE_FILE_SUFFIXES = (".yaml", ".yml")
 
 
 class UsageError(Exception):
@@ -26,12 +27,15 @@ class UsageError(Exception):
 
 
 def load_pipeline(target: str) -> Any:
-    """``FILE[:PIPELINE]``: run FILE as a module (not as __main__) and pick a Pipeline from it."""
+    """``FILE[:PIPELINE]``: run FILE as a module (not as __main__) and pick a Pipeline from it;
+    a pipeline file (``.yaml``, ``.yml``) is read with ``hr.load_pipeline_file``."""
     from headrace.api.stream import Pipeline
 
     path, _, wanted = target.partition(":")
     if not os.path.isfile(path):
         raise UsageError(f"no such file: {path}")
+    if path.endswith(PIPELINE_FILE_SUFFIXES):
+        return _load_pipeline_file(path, wanted)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
         namespace = runpy.run_path(path, run_name="__headrace__")
@@ -50,6 +54,53 @@ def load_pipeline(target: str) -> Any:
     if len(found) > 1:
         raise UsageError(f"{path} defines several pipelines ({', '.join(found)}); choose one with {path}:NAME")
     return next(iter(found.values()))
+
+
+def _load_pipeline_file(path: str, wanted: str) -> Any:
+    from headrace.api.pipeline_file import load_pipeline_file
+
+    pipeline = load_pipeline_file(path)
+    if wanted and wanted != pipeline.name:
+        raise UsageError(f"{path} describes pipeline {pipeline.name!r}, not {wanted!r}")
+    return pipeline
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Build a pipeline's plan and check it, without Spark."""
+    from headrace.api.pipeline_file import plan_summary
+    from headrace.errors import PlanError
+
+    try:
+        pipeline = load_pipeline(args.file).validate()
+    except PlanError as exc:
+        if not args.json:
+            raise
+        print(json.dumps({"file": args.file, "valid": False, "line": getattr(exc, "line", 0), "error": str(exc)}))
+        return 1
+    summary = plan_summary(pipeline)
+    if args.json:
+        print(json.dumps({"file": args.file, "valid": True, **summary, "plan": pipeline.to_json()}, default=str))
+        return 0
+    counts = ", ".join(f"{n} {what if n == 1 else what + 's'}" for what, n in
+                       (("source", summary["sources"]), ("step", summary["steps"]), ("sink", summary["sinks"])))
+    print(f"{args.file}: pipeline {pipeline.name!r} is valid: {counts}; guarantee {summary['guarantee']}")
+    if args.explain:
+        print(pipeline.explain())
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from headrace.scaffold import create_project
+
+    try:
+        written = create_project(args.directory)
+    except FileExistsError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"created {args.directory}:")
+    for path in written:
+        print(f"  {os.path.relpath(path, args.directory)}")
+    print(f"next: cd {args.directory} && headrace validate pipeline.yaml && headrace run pipeline.yaml && pytest")
+    return 0
 
 
 def _progress(args: argparse.Namespace) -> str:
@@ -197,6 +248,21 @@ def build_parser() -> argparse.ArgumentParser:
     rescale.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*,4])")
     rescale.add_argument("--json", action="store_true", help="the result as JSON")
     rescale.set_defaults(handler=cmd_rescale)
+
+    validate = commands.add_parser("validate", help="check a pipeline file without starting Spark",
+                                   description="Build the plan a pipeline file (or a Python file) describes: "
+                                               "imports, schemas, the graph, the guarantee, without starting Spark; "
+                                               "exit status 0 with a summary, 1 with the error and the file's line.")
+    validate.add_argument("file", metavar="FILE.yaml")
+    validate.add_argument("--json", action="store_true", help="the result (and the plan) as JSON")
+    validate.add_argument("--explain", action="store_true", help="also print the plan, as headrace explain does")
+    validate.set_defaults(handler=cmd_validate)
+
+    init = commands.add_parser("init", help="create a pipeline project: a pipeline file, a Python step, a test",
+                               description="Create DIR with pipeline.yaml, the Python module of its step, sample "
+                                           "input, a test that runs the pipeline with the test kit, and a README.")
+    init.add_argument("directory", metavar="DIR", help="a new (or empty) directory")
+    init.set_defaults(handler=cmd_init)
 
     demo = commands.add_parser("demo", help="run the Yahoo Streaming Benchmark pipeline on generated events",
                                description="Generated ad events -> views -> join campaigns -> count per campaign "

@@ -60,3 +60,13 @@ def raised_inside(text: str, only: tuple[str, ...] = ("StepFunctionError", "Sour
         if match.group(1) in only:
             return _RAISED_KINDS[match.group(1)](match.group(2).strip())
     return None
+
+
+class PipelineFileError(PlanError):
+    """A pipeline file is not valid: ``pipeline.yaml:12: step 'parse': ...``. ``path`` and ``line``
+    say where (``line`` 0 when the error is about the whole file)."""
+
+    def __init__(self, path: str, line: int, subject: str, message: str) -> None:
+        self.path, self.line, self.subject, self.message = path, line, subject, message
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {subject}: {message}" if subject else f"{where}: {message}")

@@ -2,6 +2,7 @@
 
 from headrace.connectors.console import Console
 from headrace.connectors.delta import Delta
+from headrace.connectors.failover import Failover
 from headrace.connectors.files_sink import FileSink as Files
 from headrace.connectors.kafka_sink import Kafka
 from headrace.connectors.mqtt import MqttSink as Mqtt
@@ -12,4 +13,5 @@ from headrace.connectors.rabbitmq_streams import RabbitMQSink as RabbitMQ
 from headrace.connectors.redis_sink import Redis
 from headrace.testing import TestSink
 
-__all__ = ["Console", "Delta", "Files", "Kafka", "Mqtt", "Nats", "Null", "Postgres", "RabbitMQ", "Redis", "TestSink"]
+__all__ = ["Console", "Delta", "Failover", "Files", "Kafka", "Mqtt", "Nats", "Null", "Postgres", "RabbitMQ", "Redis",
+           "TestSink"]

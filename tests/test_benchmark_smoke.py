@@ -42,3 +42,12 @@ def test_the_quick_count_window_benchmark_ends_with_the_ratio_line(spark, capsys
     expected = benchmark.expected_windows(benchmark.QUICK, benchmark.QUICK.events)
     assert expected > 0
     assert any(re.fullmatch(rf"windows written, each run\s+{expected:,}\s+{expected:,}", line) for line in lines)
+
+
+def test_the_quick_word_count_benchmark_checks_every_form_and_ends_with_the_ratio_line(spark, capsys):
+    benchmark = load_benchmark("word_count")
+    assert benchmark.main(["--quick"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("every form's counts equal Python's on 2,000 lines") for line in lines)
+    assert re.fullmatch(r"word-count ratio operator=\d+\.\d\d storm=\d+\.\d\d fluent=\d+\.\d\d "
+                        r"sql=\d+\.\d\d", lines[-1]), lines[-1]

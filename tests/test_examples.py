@@ -54,3 +54,16 @@ def test_fraud_alerts_prints_what_docs_process_md_shows(spark, capsys):
     doc = (root / "docs" / "process.md").read_text()
     shown = doc.split("prints:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
     assert printed == shown == ["card 4711: 0.50 then 900.00 (alert 1)", "card 4711: 0.25 then 650.00 (alert 2)"]
+
+
+def test_apex_word_count_prints_what_docs_operators_md_shows(spark, capsys):
+    """examples/apex_word_count.py, run as a script, prints the output docs/operators.md shows."""
+    import runpy
+
+    root = Path(__file__).resolve().parents[1]
+    runpy.run_path(str(root / "examples" / "apex_word_count.py"), run_name="__main__")
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    doc = (root / "docs" / "operators.md").read_text()
+    shown = doc.split("prints:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    assert printed == shown
+    assert shown[1] == "  from window 0: brown=1 dog=2 fox=1 jumps=1 lazy=1 over=1 quick=1 sleeps=1 the=3"

@@ -254,6 +254,35 @@ def test_a_replay_reads_the_planned_changes_and_the_stop_file_holds(made: Made, 
     again.stop()
 
 
+def test_without_a_record_cap_batches_are_planned_by_wal_position(made: Made, tmp_path: Path) -> None:
+    """Without a record cap a batch reads every transaction committed when it is planned (the
+    changes are decoded once); another table's changes plan no batch; every change arrives once, in
+    order, also when more transactions commit between batches."""
+    table, other, slot = made.table("by_position"), made.table("by_position_other"), made.slot()
+    create_slot(slot)
+    source = hr.sources.PostgresChanges(table, dsn=DSN, slot=slot)
+    reader = ChangesReader({**source.options(), "hr_source": "changes", "hr_run_dir": str(tmp_path)})
+    start = reader.initialOffset()
+    Model(made.conn, {other: False}, seed=3).run(5)
+    assert reader.latestOffset(start) == start  # nothing of the chosen table: no batch
+    model = Model(made.conn, {table: False}, seed=4)
+    rows: list[dict[str, Any]] = []
+    offset = start
+    for _ in range(3):
+        model.run(10)
+        end = reader.latestOffset(offset)
+        model.run(5)  # committed after the plan: the next batch's
+        rows += [row for part in reader.partitions(offset, end) for batch in reader.read(part)
+                 for row in batch.to_pylist()]
+        reader.commit(end)
+        offset = end
+    end = reader.latestOffset(offset)
+    rows += [row for part in reader.partitions(offset, end) for batch in reader.read(part) for row in batch.to_pylist()]
+    assert reader.latestOffset(end) == end
+    reader.stop()
+    assert got(rows) == public(model.changes)
+
+
 def test_per_key_state_in_postgres_equals_the_table_after_stop_and_restart(spark: Any, made: Made,
                                                                            tmp_path: Path) -> None:
     plain, full = made.table("src"), made.table("srcfull", identity_full=True)

@@ -384,3 +384,37 @@ def test_a_window_moved_to_another_operator_is_refused():
     verdict = compare(old, new)
     assert not verdict.allowed
     assert "changed operator Spark's window operator → stateful processor" in verdict.message()
+
+
+class _Count(hr.Operator):
+    records = hr.InputPort()
+    out = hr.OutputPort("n long")
+
+    def process(self, record):
+        self.out.emit({"n": 1})
+
+
+class _Other(_Count):
+    pass
+
+
+def with_operator(operator: hr.Operator | None = None, partitions: int = 2, name: str = "count") -> hr.Pipeline:
+    p = clicks(with_window=False, sink="raw")
+    if operator is not None:
+        events = p.plan.nodes["events_event_time"]
+        handle = p.add_operator(name, operator, partitions=partitions)
+        p.add_stream("in", hr.api.stream.Stream(p, events), handle.records)
+        handle.out.stream(name="counted").sink("out", hr.sinks.Null())
+    return p
+
+
+def test_an_operator_keeps_its_partitions_and_class_and_may_be_added(tmp_path):
+    message = refusal(tmp_path / "a", with_operator(_Count()), with_operator(_Count(), partitions=3))
+    assert "stateful step 'count' (operator _Count" in message and "partitions 2 → 3" in message
+    message = refusal(tmp_path / "b", with_operator(_Count()), with_operator(_Other()))
+    assert "kind operator _Count → operator _Other" in message
+    message = refusal(tmp_path / "c", with_operator(_Count()), with_operator(None))
+    assert "stateful step 'count' (operator _Count" in message
+    assert "is gone: the state its instances saved beside the checkpoint would be lost" in message
+    added = compare(plan_record(with_operator(None).plan), plan_record(with_operator(_Count()).plan))
+    assert added.allowed, added.message()

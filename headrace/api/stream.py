@@ -142,6 +142,36 @@ class Pipeline:
         return Stream(self, self.plan.add(DeadLettersNode(name, tuple(n.name for n in nodes), where,
                                                           DEAD_LETTER_SCHEMA)))
 
+    # -- operators (headrace/api/operator.py) ------------------------------------------------------
+    def add_operator(self, name: str, operator: Any, *, partitions: int = 1, application_window: int = 1) -> Any:
+        """Add an Apex-style operator with ``partitions`` instances; returns its ports as attributes."""
+        from headrace.api.operator import add_operator
+
+        return add_operator(self, name, operator, partitions=partitions, application_window=application_window)
+
+    def add_stream(self, name: str, source: Any, *sinks: Any, grouping: Any = None,
+                   locality: str | None = None) -> None:
+        """Connect an output port (or a stream) to input ports, routed by ``grouping`` (default
+        shuffle); ``locality="thread_local"`` fuses the receivers into the sender's Python stage."""
+        from headrace.api.operator import add_stream
+
+        add_stream(self, name, source, *sinks, grouping=grouping, locality=locality)
+
+    def sql(self, query: str, *, name: str | None = None) -> Stream:
+        """A stream computed by a Spark SQL query over the pipeline's streams and tables, named in
+        FROM and JOIN by their step names: projections and filters, joins with tables, GROUP BY
+        aggregates, and windows with ``window(ts, '1 minute')`` or ``session_window(ts, '5
+        minutes')`` on the stream's event time (see docs/sql.md)."""
+        from headrace.plan.sql_query import STATELESS, sql_node
+
+        step = self._name(name, "sql")
+        where = user_location()
+        node = sql_node(self.plan, step, where, query)
+        if node.shape != STATELESS:
+            stream = next(self.plan.nodes[n] for n in node.inputs if not isinstance(self.plan.nodes[n], TableNode))
+            _check_not_aggregated(Stream(self, stream), step, where)
+        return Stream(self, self.plan.add(node))
+
     # -- inspecting and running -----------------------------------------------------------------
     def validate(self) -> Pipeline:
         check_plan(self.plan)

@@ -8,7 +8,9 @@ headrace's reader makes them, with Spark's parsers:
   UTC) and epoch milliseconds both work, as with headrace's reader;
 * a line that is not a record of the schema (Spark's corrupt-record column), or a timestamp
   or date that converts to nothing, goes to the dead letters with the file's name as its
-  position (Spark gives no line numbers).
+  position (Spark gives no line numbers). The name comes from ``input_file_name()``, evaluated
+  only for such a line: selecting Spark's ``_metadata`` column instead made the scan carry it
+  on every row, about 0.3 s per 2 M lines (``benchmarks/connectors.py --only files``).
 
 What differs from headrace's reader (``files_source.py``), and is why this reader is chosen,
 not the default: files are taken oldest first (by modification time), not by name; the
@@ -41,6 +43,13 @@ def _temporal(column: Any, kind: str) -> Any:
     millis = F.when(column.rlike(r"^-?\d+$"), F.timestamp_millis(column.cast("long")))
     moment = F.coalesce(millis, F.try_to_timestamp(column))
     return moment.cast("date") if kind == "date" else moment
+
+
+def _file_name() -> Any:
+    """The name of the file the current row came from (``input_file_name()`` is its URI)."""
+    from pyspark.sql import functions as F
+
+    return F.url_decode(F.substring_index(F.input_file_name(), "/", -1))
 
 
 def read_stream(spark: Any, path: str, format: str, schema: Schema, *, csv_header: bool,
@@ -76,5 +85,5 @@ def read_stream(spark: Any, path: str, format: str, schema: Schema, *, csv_heade
                                   f"schema {to_ddl(schema)}")).otherwise(F.lit("a timestamp or date that is neither "
                                                                               "ISO-8601 text nor epoch milliseconds"))
     dead = [F.when(bad, raw).alias(DEAD_COLUMNS[0]), F.when(bad, error).alias(DEAD_COLUMNS[1]),
-            F.when(bad, F.col("_metadata.file_name")).alias(DEAD_COLUMNS[2])]
+            F.when(bad, _file_name()).alias(DEAD_COLUMNS[2])]
     return frame.select(*columns, control, *dead)

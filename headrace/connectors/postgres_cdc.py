@@ -39,6 +39,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -55,7 +56,8 @@ PLUGIN = "wal2json"
 METADATA: Schema = (("op", "string"), ("table", "string"), ("before", "string"), ("after", "string"),
                     ("lsn", "string"), ("commit_lsn", "string"), ("commit_time", "timestamp"), ("xid", "long"))
 OPS = {"I": "insert", "U": "update", "D": "delete"}
-DEFAULT_MAX_RECORDS = 100_000
+PROBE_ROWS = 64  # output rows a plan without a record cap peeks at, to see whether a change is pending
+NO_TABLES = ("pg_catalog.headrace_no_such_table",)  # a filter that leaves only transactions' begin and commit rows
 BATCH_ROWS = 10_000  # rows per Arrow batch, and per fetch of the server-side cursor
 IDLE_ADVANCE_BYTES = 64 << 20  # WAL passed without a change of the chosen tables before an empty batch moves on
 SLOT_BUSY_WAIT_S = 60  # a killed driver's server process may hold the slot for a moment
@@ -265,6 +267,22 @@ def _timestamp(value: Any) -> int:
 CONVERTERS = {**JSON_CONVERTERS, "binary": _binary, "timestamp": _timestamp}
 
 
+def _loads(raw: str) -> Any:
+    """JSON text with orjson (about 6 times faster than ``json`` here); ``json`` takes what orjson
+    refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def _dumps(image: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(image).decode()
+    except TypeError:
+        return json.dumps(image, ensure_ascii=False)
+
+
 def _image(columns: list[dict[str, Any]] | None) -> dict[str, Any] | None:
     return None if columns is None else {c["name"]: c.get("value") for c in columns}
 
@@ -285,7 +303,7 @@ class ChangeDecoder:
 
     def add(self, raw: str, row_lsn: str, commit_lsn: str, commit_us: int | None, xid: int | None) -> None:
         try:
-            change = json.loads(raw)
+            change = _loads(raw)
             op = OPS[change["action"]]
             table = f"{change['schema']}.{change['table']}"
             before, after = _image(change.get("identity")), _image(change.get("columns"))
@@ -323,7 +341,7 @@ class ChangeDecoder:
             n = len(rows)
             if n:
                 def text(image: dict[str, Any] | None) -> str | None:
-                    return None if image is None else json.dumps(image, ensure_ascii=False)
+                    return None if image is None else _dumps(image)
 
                 meta = [pa.array([r[0] for r in rows], pa.string()), pa.array([r[1] for r in rows], pa.string()),
                         pa.array([text(r[2]) for r in rows], pa.string()),
@@ -383,8 +401,28 @@ class ChangesReader(DataSourceStreamReader):
         max_rows = getattr(limit, "max_rows", None)
         if max_rows is not None:
             budget = int(max_rows) if budget is None else min(budget, int(max_rows))
-        end = self._plan(lsn_int(start["lsn"]), budget)
+        after = lsn_int(start["lsn"])
+        end = self._plan_by_position(after) if budget is None else self._plan(after, budget)
         return start if end is None else {"lsn": lsn_text(end)}
+
+    def _plan_by_position(self, after: int) -> int | None:
+        """Without a record cap, the next batch reads every transaction committed so far: its end is
+        the last commit position the slot has, found by a peek whose output holds only the
+        transactions' begin and commit rows (no table's changes), about 8 times cheaper than one
+        with the changes; so the changes are decoded once, by the batch. A short peek first checks
+        that a change of the chosen tables is pending."""
+        psycopg = _psycopg()
+        try:
+            probe = _peek(self._connection(), self.slot, "lsn::text, substr(data, 12, 1)", None, PROBE_ROWS,
+                          self.tables)
+            pending = _change_pending(probe, after) or len(probe) >= PROBE_ROWS
+            commits = _peek(self._connection(), self.slot, "lsn::text", None, None, NO_TABLES)
+        except psycopg.Error as exc:
+            raise _slot_error(self.where, self.slot, self.dsn, "cannot read", exc) from None
+        last = max((lsn_int(lsn) for (lsn,) in commits), default=after)
+        if last <= after:
+            return None
+        return last if pending or last - after >= IDLE_ADVANCE_BYTES else None  # pass other tables' WAL at times
 
     def _plan(self, after: int, budget: int | None) -> int | None:
         """The commit position up to which the next batch reads (at most ``budget`` changes, whole
@@ -497,6 +535,19 @@ class ChangesReader(DataSourceStreamReader):
             self._conn.close()
 
 
+def _change_pending(rows: Sequence[tuple[str, str]], after: int) -> bool:
+    """Whether peeked ``(lsn, action)`` rows hold a change that commits after ``after``."""
+    pending = False
+    for lsn, action in rows:
+        if action in OPS:
+            pending = True
+        elif action == "C":
+            if pending and lsn_int(lsn) > after:
+                return True
+            pending = False
+    return False
+
+
 def _advance(conn: Any, slot: str, lsn: str) -> None:
     psycopg = _psycopg()
     deadline = time.monotonic() + SLOT_BUSY_WAIT_S
@@ -574,7 +625,7 @@ class PostgresChanges(SourceConnector):
     emits_dead_letters = True
 
     def __init__(self, tables: str | Sequence[str], *, dsn: str = DEFAULT_DSN, slot: str | None = None,
-                 schema: Any = None, max_records_per_batch: int | None = DEFAULT_MAX_RECORDS) -> None:
+                 schema: Any = None, max_records_per_batch: int | None = None) -> None:
         names = _tables(tables)
         where = f"PostgresChanges({', '.join(names)})"
         if not names:

@@ -50,9 +50,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from itertools import repeat
+from typing import Any, TypeVar, overload
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
@@ -265,6 +266,31 @@ def payload(message: bytes) -> bytes:
     return bytes(body) if body is not None else b""
 
 
+class Positions(Sequence[str]):
+    """``<stream>@<offset>`` of each row, made only for the rows asked for (the dead letters).
+
+    >>> Positions("orders", [7, 8])[1], len(Positions("orders", [7, 8]))
+    ('orders@8', 2)
+    """
+
+    def __init__(self, stream: str, offsets: list[int]) -> None:
+        self.stream, self.offsets = stream, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @overload
+    def __getitem__(self, row: int) -> str: ...
+
+    @overload
+    def __getitem__(self, row: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, row: int | slice) -> str | Sequence[str]:
+        if isinstance(row, slice):
+            return [f"{self.stream}@{o}" for o in self.offsets[row]]
+        return f"{self.stream}@{self.offsets[row]}"
+
+
 class MessageDecoder:
     """Turns messages (payload, offset, chunk time in ms) into record batches of the source's Arrow
     schema: good rows first, then dead letters (``headrace/connectors/payloads.py``)."""
@@ -276,17 +302,19 @@ class MessageDecoder:
 
     def batches(self, messages: list[bytes], offsets: list[int], times: list[int]) -> Iterator[pa.RecordBatch]:
         dead: Dead = {}
-        bodies: list[bytes] = []
-        for row, message in enumerate(messages):
-            try:
-                bodies.append(payload(message))
-            except Exception as exc:  # noqa: BLE001 - the AMQP decoder's errors, named in the record
-                dead[row] = (text(message), f"invalid AMQP 1.0 message ({_reason(exc)})")
-                bodies.append(b"{}")
+        bodies = messages  # as they are, but for AMQP 1.0 messages
+        if any(map(bytes.startswith, messages, repeat(b"\x00S"))):  # (no Python code per message)
+            bodies = list(messages)
+            for row in (row for row, message in enumerate(messages) if message[:2] == b"\x00S"):
+                try:
+                    bodies[row] = payload(messages[row])
+                except Exception as exc:  # noqa: BLE001 - the AMQP decoder's errors, named in the record
+                    dead[row] = (text(messages[row]), f"invalid AMQP 1.0 message ({_reason(exc)})")
+                    bodies[row] = b"{}"
         columns = self.payloads.columns(bodies, dead)
         metadata = [pa.array(offsets, pa.int64()),
                     pc.multiply(pa.array(times, pa.int64()), 1000).cast(self.arrow.field("rabbitmq_time").type)]
-        yield from record_batches(self.arrow, columns, metadata, dead, [f"{self.stream}@{o}" for o in offsets])
+        yield from record_batches(self.arrow, columns, metadata, dead, Positions(self.stream, offsets))
 
 
 # ----------------------------------------------------------------------------------------
@@ -386,14 +414,13 @@ class RabbitMQStreamReader(DataSourceStreamReader):
                 last = partition.after
                 while last < partition.upto:
                     frame = loop.run_until_complete(self._next(subscription, partition))
-                    offset = int(frame.chunk_first_offset) - 1
-                    for message in frame.get_messages():
-                        offset += 1
-                        if partition.after < offset <= partition.upto:
-                            messages.append(message)
-                            offsets.append(offset)
-                            times.append(int(frame.timestamp))
-                    last = max(last, offset)
+                    first, chunk = int(frame.chunk_first_offset), frame.get_messages()
+                    keep = range(max(0, partition.after + 1 - first), min(len(chunk), partition.upto + 1 - first))
+                    if keep:  # the chunk's messages within the partition's offsets, whole slices at once
+                        messages.extend(chunk[keep.start:keep.stop])
+                        offsets.extend(range(first + keep.start, first + keep.stop))
+                        times.extend([int(frame.timestamp)] * len(keep))
+                    last = max(last, first + len(chunk) - 1)
                     if len(messages) >= ROWS_PER_BATCH or last >= partition.upto:
                         yield from decoder.batches(messages, offsets, times)
                         messages, offsets, times = [], [], []

@@ -9,6 +9,7 @@ from headrace.connectors.base import Guarantee
 from headrace.errors import PlanError, step_error
 from headrace.plan.nodes import (
     Node,
+    OperatorNode,
     SinkNode,
     SourceNode,
     TableNode,
@@ -35,6 +36,33 @@ class Plan:
             if input_name not in self.nodes:
                 raise step_error(node.name, node.defined_at, f"input {input_name!r} is not in pipeline {self.name!r}")
         self.nodes[node.name] = node
+        return node
+
+    def replace(self, node: Node) -> Node:
+        """Replace the node of the same name (an operator given a new input stream), keeping the
+        nodes in an order where inputs come first; a stream that would close a cycle is refused."""
+        for input_name in node.inputs:
+            if input_name not in self.nodes:
+                raise step_error(node.name, node.defined_at, f"input {input_name!r} is not in pipeline {self.name!r}")
+        nodes = {**self.nodes, node.name: node}
+        ordered: dict[str, Node] = {}
+        visiting: list[str] = []
+
+        def place(name: str) -> None:
+            if name in ordered:
+                return
+            if name in visiting:
+                cycle = " -> ".join([*visiting[visiting.index(name):], name])
+                raise step_error(node.name, node.defined_at, f"this stream would close a cycle ({cycle}); "
+                                                             "a pipeline is a directed acyclic graph")
+            visiting.append(name)
+            for input_name in nodes[name].inputs:
+                place(input_name)
+            visiting.pop()
+            ordered[name] = nodes[name]
+        for name in nodes:
+            place(name)
+        self.nodes = ordered
         return node
 
     def consumers(self, name: str) -> list[Node]:
@@ -76,7 +104,7 @@ class Plan:
         if not self.sinks():
             raise PlanError(f"pipeline {self.name!r} has no sink; send a stream somewhere with stream.sink(...)")
         for node in self.nodes.values():
-            if isinstance(node, (SinkNode, TableNode)) or self.consumers(node.name):
+            if isinstance(node, (SinkNode, TableNode, OperatorNode)) or self.consumers(node.name):
                 continue
             raise step_error(node.name, node.defined_at,
                              "this stream goes nowhere: send it to a sink with .sink(...) or remove the step")

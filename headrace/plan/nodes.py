@@ -261,3 +261,82 @@ class SinkNode(Node):
     def summary(self) -> str:
         return f"sink {type(self.connector).__name__}"
 
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A stream into an operator's input port: from a step (``port`` None) or from another
+    operator's output ``port``, routed by ``grouping`` over the operator's instances."""
+
+    id: int
+    source: str
+    port: str | None
+    target_port: str
+    grouping: Any = None  # a headrace.groupings.Grouping
+    stream: str = ""  # the stream's name (add_stream's name)
+    locality: str | None = None  # "thread_local": the receiver runs in the sender's Python stage
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "from": self.source, "port": self.port, "to_port": self.target_port,
+                "grouping": self.grouping.to_json(), "stream": self.stream, "locality": self.locality}
+
+
+@dataclass(frozen=True)
+class OperatorNode(Node):
+    """An Apex operator or a Storm bolt: ``partitions`` instances, each with its own state (the
+    operator's attributes), run once per streaming window (micro-batch) on the records its
+    input ``edges`` route to it (see headrace/api/operator.py and headrace/operators/instances.py)."""
+
+    kind: ClassVar[str] = "operator"
+    operator: Any = field(default=None, compare=False)
+    partitions: int = 1
+    application_window: int = 1
+    edges: tuple[Edge, ...] = ()
+    output_ports: tuple[tuple[str, Schema | None], ...] = ()
+    api: str = "apex"  # "apex" or "storm": how records are handed to the instance
+
+    def params(self) -> dict[str, Any]:
+        return {"operator": type(self.operator).__name__, "partitions": self.partitions,
+                "application_window": self.application_window, "edges": [e.to_json() for e in self.edges],
+                "output_ports": [p for p, _ in self.output_ports], "api": self.api}
+
+    def summary(self) -> str:
+        window = f", application window {self.application_window}" if self.application_window > 1 else ""
+        streams = "; ".join(f"{e.target_port} <- {e.source}{'.' + e.port if e.port else ''} "
+                            f"{e.locality or e.grouping.describe()}" for e in self.edges)
+        return f"operator {type(self.operator).__name__} x{self.partitions}{window} ({streams or 'no input'})"
+
+
+@dataclass(frozen=True)
+class PortNode(Node):
+    """The records an operator emits on an output ``port``, as a stream of rows with the port's
+    schema, for steps and sinks of the fluent API."""
+
+    kind: ClassVar[str] = "port"
+    port: str = ""
+    edge: int = 0
+
+    def params(self) -> dict[str, Any]:
+        return {"port": self.port, "edge": self.edge}
+
+    def summary(self) -> str:
+        return f"output port {self.inputs[0]}.{self.port}"
+
+
+@dataclass(frozen=True)
+class SqlNode(Node):
+    """A Spark SQL query over the plan's streams and tables (``inputs``: the steps it reads, in
+    order of appearance in the query). ``shape`` is what the query is (``headrace/plan/sql_query.py``):
+    ``stateless``, ``windowed aggregate`` or ``aggregate``."""
+
+    kind: ClassVar[str] = "sql"
+    query: str = ""
+    shape: str = "stateless"
+    reads: tuple[tuple[str, str], ...] = ()  # (a name in the query, the input it reads)
+
+    def params(self) -> dict[str, Any]:
+        return {"query": self.query, "shape": self.shape, "reads": dict(self.reads)}
+
+    def summary(self) -> str:
+        text = " ".join(self.query.split())
+        return f"SQL {self.shape}: {text if len(text) <= 72 else text[:69] + '...'}"

@@ -13,10 +13,12 @@ that stored plan with the new one (:func:`compare`, a pure function over two pla
   restart, not what was emitted before), removed or reconfigured; a source's settings may
   change where they do not change what an offset means (a generator's ``rows_per_batch``,
   ``limit`` or ``partitions``).
-* **Refused**: a stateful step (window, rolling aggregate or reduce, process step) removed,
-  renamed or added; re-keyed (other key fields, or key types); another window shape, event
-  time field, emission (``emit``, trigger, allowed lateness, accumulation), window function
-  kind, aggregates, late side output (it moves a window from Spark's native operator to a
+* **Refused**: a stateful step (window, rolling aggregate or reduce, process step, operator)
+  removed or renamed, or (but for an operator, whose state starts from its constructor) added;
+  an operator of another class or with other partitions (each instance owns its state);
+  re-keyed (other key fields, or key types); another window shape, event time field,
+  emission (``emit``, trigger, allowed lateness, accumulation), window function kind,
+  aggregates, late side output (it moves a window from Spark's native operator to a
   stateful processor), or layout of what the state keeps (the output fields of
   aggregates and reduces, the input records of reduce and process windows, a process
   step's declared state); a source removed, renamed or added, of another type, with
@@ -26,6 +28,9 @@ that stored plan with the new one (:func:`compare`, a pure function over two pla
   checkpoint's offsets carry no end of input); a sink whose connector is unchanged but
   whose batches would be committed by another writer (Spark's own file writer when it is
   the only sink, per-batch commits when there are several).
+* **SQL steps** count as stateful steps when their query aggregates (a windowed
+  aggregate or an aggregate); their query may change like a function's code (Spark checks
+  the state's layout), its shape may not.
 
 A plan record (:func:`plan_record`) is ``Plan.to_json()`` plus, per source, its offset
 identity and whether it is bounded, and per sink, the writer that commits its batches.
@@ -215,7 +220,9 @@ def _role(node: dict[str, Any]) -> str:
         return "source"
     if kind == "sink":
         return "sink"
-    return "stateful step" if kind in STATEFUL_KINDS else "step"
+    if kind == "sql":  # an SQL step keeps state when its query aggregates
+        return "step" if node.get("shape") == "stateless" else "stateful step"
+    return "stateful step" if kind in STATEFUL_KINDS or kind == "operator" else "step"
 
 
 def _kind_label(node: dict[str, Any]) -> str:
@@ -228,6 +235,8 @@ def _kind_label(node: dict[str, Any]) -> str:
         return "rolling reduce" if node.get("reduce") else "rolling aggregate"
     if kind == "keyed_process":
         return "process step"
+    if kind == "operator":
+        return f"operator {node.get('operator')}"
     return str(node.get("mode") or kind)
 
 
@@ -255,6 +264,8 @@ def _gone(role: str, node: dict[str, Any]) -> StepVerdict:
         "stateful step": "its saved state would be lost, and Spark cannot restart a query without a stateful step "
                          "it had",
     }.get(role, "")
+    if node.get("kind") == "operator":
+        why = "the state its instances saved beside the checkpoint would be lost"
     return _verdict(role, node, "removed", refused=role in ("source", "stateful step"), why=why)
 
 
@@ -266,6 +277,8 @@ def _added(role: str, node: dict[str, Any]) -> StepVerdict:
         "sink": "it commits under a fresh identity, so it gets the output of the batches run after the restart, "
                 "not what was emitted before",
     }.get(role, "")
+    if node.get("kind") == "operator":  # it runs in foreachBatch, its state beside the checkpoint: it starts empty
+        return _verdict(role, node, "new", why="a new operator starts with the state its constructor gives it")
     return _verdict(role, node, "new", refused=role in ("source", "stateful step"), why=why)
 
 
@@ -370,9 +383,15 @@ def _compare_stateful(old: dict[str, Any], new: dict[str, Any], old_plan: _Nodes
         if not refused:  # a reduce keeps whole records; aggregates keep values of their fields' types
             check_fields("output fields", old.get("schema"), new.get("schema"))
         allowed += _differences(old, new, only=("reduce", "ttl_ms"))
+    elif kind == old.get("kind") == "sql":
+        check("query shape", old.get("shape"), new.get("shape"))
+        allowed += _differences(old, new, only=("query",))
     elif kind == old.get("kind") == "keyed_process":
         check("declared state", _state_text(old.get("state")), _state_text(new.get("state")))
         allowed += _differences(old, new, only=("fn",))
+    elif kind == old.get("kind") == "operator":  # instances own their state: their number is fixed
+        check("partitions", old.get("partitions"), new.get("partitions"))
+        allowed += _differences(old, new, only=("application_window", "edges"))
     if refused:
         return _verdict("stateful step", new, "changed", refused=True, changes=tuple(refused),
                         why="its saved state was built for the old settings")

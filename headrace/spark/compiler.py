@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import EventTimeNode, Node, PythonStep, SourceNode, WindowAggregateNode
-from headrace.spark.specs import check_plan, output_mode, python_chains, spec_of
+from headrace.spark.specs import check_plan, has_operators, output_mode, python_chains, shared_root, spec_of
 from headrace.spark.stateful import uses_test_clock
 from headrace.spark.stateless import good_rows, with_watermark
 from headrace.spark.windows import window_needs_processor, window_panes
@@ -39,6 +39,10 @@ class Lowering:
         self.observed_sources: dict[str, DataFrame] = {}  # the same with the source's metrics, to run a query to
         self.raw_windows: dict[str, DataFrame] = {}  # a window processor's output: panes and late records
         self.chains = {chain[-1]: chain for chain in python_chains(plan)}
+        # inside foreachBatch (writer.py): the micro-batch's id and the checkpoint, for operators
+        self.batch_id: int | None = None
+        self.checkpoint: str | None = None
+        self.cached: list[DataFrame] = []  # DataFrames persisted for this micro-batch, unpersisted after it
 
     def seed(self, name: str, df: DataFrame) -> None:
         """Start from ``df`` as the output of step ``name`` (a micro-batch, inside foreachBatch)."""
@@ -170,5 +174,10 @@ class Lowering:
 def compile_plan(plan: Plan, spark: SparkSession, run_dir: str) -> Compiled:
     check_plan(plan)
     lowering = Lowering(plan, spark, run_dir)
+    if has_operators(plan):  # the query runs to the shared root; operators and sinks run per batch
+        root = shared_root(plan)
+        assert root is not None  # check_plan refuses the plan otherwise
+        lowering.frame(root)
+        return Compiled({}, output_mode(plan), lowering)
     frames = {sink.name: lowering.frame(sink.name) for sink in plan.sinks()}
     return Compiled(frames, output_mode(plan), lowering)

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.code_locations import function_label
 from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.lazy_modules import LazyModule
 from headrace.operators.process_logic import ProcessLogic, ProcessState, to_watermark
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import KeyedProcessNode
@@ -46,7 +46,11 @@ from headrace.spark.stateful import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from headrace.spark.compiler import Lowering
+else:
+    pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
 NOW = "_hr_now"
 

@@ -65,6 +65,9 @@ def _node_obstacle(plan: Plan, node: Node) -> str | None:
         if getattr(node, "emit", None) == "final":
             return (f"{where} emits final results (append mode); real-time mode runs in update mode: "
                     "use emit='updates'")
+    if kind == "sql" and spec_of(node).output_mode(node) == "append":
+        return (f"{where} is a windowed SQL query, which emits final results (append mode); real-time mode runs "
+                "in update mode")
     if kind == "union":
         stateful = [n for n in node.inputs if any(spec_of(plan.nodes[u]).stateful
                                                   for u in plan.upstream(n) | {n})]

@@ -14,7 +14,6 @@ import pickle
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
@@ -22,6 +21,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from headrace.code_locations import function_label
 from headrace.errors import StepFunctionError
+from headrace.lazy_modules import LazyModule
 from headrace.operators.window_functions import BuiltinAggregates
 from headrace.plan.nodes import RollingAggregateNode
 from headrace.schema import to_ddl
@@ -30,7 +30,11 @@ from headrace.spark.stateful import SEQUENCE, exact_integers, group_frame, integ
 from headrace.spark.stateless import without_control
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from headrace.spark.compiler import Lowering
+else:
+    pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
 Fold = Callable[[Any, dict[str, Any]], Any]  # (accumulator or None, record) -> accumulator
 

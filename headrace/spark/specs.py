@@ -16,9 +16,11 @@ from headrace.errors import step_error
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import KeyByNode, Node, PythonStep
 from headrace.spark import stateless
+from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
 from headrace.spark.process import lower_process, spark_ttl
 from headrace.spark.real_time import REAL_TIME, check_real_time
 from headrace.spark.rolling import lower_rolling
+from headrace.spark.sql import SQL_OUTPUT_MODES, lower_sql, sql_lowered_as
 from headrace.spark.windows import lower_late_records, lower_window, window_lowered_as
 
 
@@ -43,6 +45,10 @@ class NodeSpec:
     # runs in Spark's processing-time mode (its state expires by Spark's TTL), which runs a
     # micro-batch at every trigger, with data or not
     processing_time: Callable[[Plan, Any], bool] = _never
+    # runs only on a micro-batch inside foreachBatch, where the batch id is known (operators)
+    batch_only: bool = False
+    # the spec of a node whose kind alone does not decide it (an SQL step: its query's shape)
+    variant: Callable[[Any], NodeSpec] | None = None
 
     def describe(self, plan: Plan, node: Node) -> str:
         return self.lowered_as if isinstance(self.lowered_as, str) else self.lowered_as(plan, node)
@@ -88,8 +94,22 @@ def _process_lowered_as(plan: Plan, node: Any) -> str:
 
 def native_sink_format(plan: Plan, node: Any) -> str | None:
     """The format of Spark's own streaming writer for the sink ``node``, when it is the
-    pipeline's only sink and its connector has one; otherwise sinks commit per batch."""
-    return node.connector.native_format if len(plan.sinks()) == 1 else None
+    pipeline's only sink, its connector has one and no operator runs in foreachBatch;
+    otherwise sinks commit per batch."""
+    return node.connector.native_format if len(plan.sinks()) == 1 and not has_operators(plan) else None
+
+
+def has_operators(plan: Plan) -> bool:
+    """Whether some step runs only in foreachBatch (operators and their ports)."""
+    return any(SPECS[n.kind].batch_only for n in plan.nodes.values())
+
+
+def _operator_lowered_as(plan: Plan, node: Any) -> str:
+    sender = fused_into(plan, node)
+    if sender is not None:
+        return f"fused into the Python stage of operator {sender.name!r} (thread-local)"
+    return (f"operator stage in each micro-batch: {node.partitions} instance(s), groupBy(instance).applyInArrow, "
+            "state saved per window beside the checkpoint")
 
 
 def _sink_lowered_as(plan: Plan, node: Any) -> str:
@@ -134,12 +154,23 @@ SPECS: dict[str, NodeSpec] = {
     "dead_letters": NodeSpec(stateless.lower_dead_letters, "native filter of the source's dead-letter columns",
                              per_batch=True),
     "sink": NodeSpec(stateless.lower_sink, _sink_lowered_as, per_batch=True),
+    "operator": NodeSpec(lower_operator, _operator_lowered_as, per_batch=True, batch_only=True, reads_control=True),
+    "port": NodeSpec(lower_port, "rows of the port's schema (fused Arrow stage in each micro-batch)",
+                     per_batch=True, batch_only=True),
+    "sql": NodeSpec(lower_sql, sql_lowered_as, variant=lambda node: SQL_SPECS[node.shape]),
 }
+# An SQL step runs as its query's shape says (headrace/plan/sql_query.py).
+SQL_SPECS: dict[str, NodeSpec] = {
+    shape: NodeSpec(lower_sql, sql_lowered_as, per_batch=mode is None, stateful=mode is not None,
+                    output_mode=lambda node: SQL_OUTPUT_MODES[node.shape],
+                    reads_watermark=shape == "windowed aggregate")
+    for shape, mode in SQL_OUTPUT_MODES.items()}
 STATEFUL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.stateful)
 
 
 def spec_of(node: Node) -> NodeSpec:
-    return SPECS[node.kind]
+    spec = SPECS[node.kind]
+    return spec.variant(node) if spec.variant is not None else spec
 
 
 def lowering_of(plan: Plan) -> dict[str, str]:
@@ -170,17 +201,88 @@ def output_mode(plan: Plan) -> str:
     return "update" if "update" in modes else "append"
 
 
+def _path_up(plan: Plan, sink: Node) -> list[str]:
+    """From a sink upwards while the steps can run per batch; ends with the first that cannot.
+    A step at or below an operator (which runs only per batch) is never a candidate root."""
+    path, name = [], sink.inputs[0]
+    while True:
+        path.append(name)
+        node = plan.nodes[name]
+        if spec_of(node).batch_only:
+            path.clear()
+        if not spec_of(node).per_batch or not node.inputs:
+            return path
+        if node.kind == "dead_letters" and len(node.inputs) > 1:  # needs every source's stream
+            return path
+        name = node.inputs[0]
+
+
+def shared_root(plan: Plan) -> str | None:
+    """The lowest step every sink descends from through per-batch steps only, if any: the query
+    runs up to it, and each sink's branch runs on the micro-batch inside foreachBatch. So a
+    stateful step that feeds several sinks (a window and its late records) runs once, and
+    operators run where the batch id is known."""
+    paths = [_path_up(plan, sink) for sink in plan.sinks()]
+    for candidate in paths[0]:
+        if all(candidate in path for path in paths[1:]) and _feeds_every_operator(plan, candidate):
+            return candidate
+    return None
+
+
+def _feeds_every_operator(plan: Plan, root: str) -> bool:
+    """Whether every input of every operator comes from ``root`` through per-batch steps."""
+    for node in plan.nodes.values():
+        if spec_of(node).batch_only and root != node.name:
+            for name in node.inputs:
+                if spec_of(plan.nodes[name]).batch_only:
+                    continue
+                if name != root and root not in plan.upstream(name):
+                    return False
+                between = plan.upstream(name) - plan.upstream(root) - {root}
+                if name != root and not all(spec_of(plan.nodes[u]).per_batch for u in {*between, name}):
+                    return False
+    return True
+
+
+def _check_operators(plan: Plan) -> None:
+    """Operators run per micro-batch below the pipeline's one Spark query: no Spark state after
+    them, and one stream (source or step) that every operator's inputs come from."""
+    batch_only = [n for n in plan.nodes.values() if spec_of(n).batch_only]
+    if not batch_only:
+        return
+    for node in plan.nodes.values():
+        if not spec_of(node).per_batch and not spec_of(node).batch_only:
+            upstream = plan.upstream(node.name)
+            below = [n for n in plan.nodes.values() if n.name in upstream and n.kind == "operator"]
+            if below:
+                raise step_error(node.name, node.defined_at,
+                                 f"this step reads the output of operator {below[-1].name!r} ({below[-1].defined_at}); "
+                                 "operators run in each micro-batch after Spark's streaming query, and a "
+                                 f"{node.kind.replace('_', ' ')} step runs inside that query; put it before the "
+                                 "operator, do it in an operator, or sink the operator's output and continue in "
+                                 "another pipeline")
+    if shared_root(plan) is None:
+        first = batch_only[0]
+        raise step_error(first.name, first.defined_at,
+                         "operators run in each micro-batch on one stream of Spark's query, and every sink must "
+                         "descend from that stream through steps that run per micro-batch; this pipeline has no "
+                         "such stream: feed the operators and the other sinks from one stream (a source, a step, "
+                         "or a union of sources)")
+
+
 def check_plan(plan: Plan) -> None:
     """The plan's own checks, then those of running it as one Spark query: one output mode,
     and an operator that runs alone shares the query with no other stateful step."""
     plan.validate()
     check_real_time(plan)
+    _check_operators(plan)
     stateful = [n for n in plan.nodes.values() if spec_of(n).stateful]
     appending = [n for n in stateful if spec_of(n).output_mode(n) == "append"]
     updating = [n for n in stateful if spec_of(n).output_mode(n) == "update"]
     if appending and updating:
         first, other = appending[0], updating[0]
         what = "a window with emit='final'" if first.kind == "window_aggregate" else "a process step"
+        what = "a windowed SQL query" if first.kind == "sql" else what
         raise step_error(first.name, first.defined_at,
                          f"{what} cannot share pipeline {plan.name!r} with step {other.name!r} "
                          f"({other.defined_at}), which emits updates: the pipeline runs as one Spark query with "

@@ -23,15 +23,20 @@ import io
 import pickle
 from collections.abc import Iterator, Sequence
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from headrace.connectors.base import CONTROL_COLUMN
+from headrace.lazy_modules import LazyModule
 from headrace.schema import INTEGER_DTYPES
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
 TIME = "_hr_t"
 SEQUENCE = "_hr_part"  # the source partition of a row

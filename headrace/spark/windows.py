@@ -18,7 +18,6 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
@@ -26,6 +25,7 @@ from pyspark.sql.streaming import StatefulProcessor
 from headrace.aggregates import result_type
 from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.errors import StepFunctionError
+from headrace.lazy_modules import LazyModule
 from headrace.operators.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
 from headrace.operators.window_panes import Dropped, Fired, WindowLogic, WindowState
 from headrace.plan.graph import Plan
@@ -54,7 +54,11 @@ from headrace.spark.stateful import (
 from headrace.spark.stateless import without_control
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from headrace.spark.compiler import Lowering
+else:
+    pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
 OUTPUT_KIND = "_hr_output"
 LATE_COLUMNS = ("late_step", "late_key", "late_event_time", "late_window_start", "late_window_end", "late_record")

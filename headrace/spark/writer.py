@@ -25,7 +25,7 @@ from headrace.runtime.failures import python_worker_crashed
 from headrace.spark import real_time
 from headrace.spark.compiler import Compiled, Lowering
 from headrace.spark.real_time import REAL_TIME
-from headrace.spark.specs import native_sink_format, spec_of, trigger_interval
+from headrace.spark.specs import has_operators, native_sink_format, shared_root, trigger_interval
 
 SINK_TAG = "_hr_sink"
 # Spark's writers that take asynchronous progress tracking: a stateless query writing with them
@@ -42,9 +42,12 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         sink.connector.prepare(run_dir)
     frames: dict[str, DataFrame] = compiled.sink_frames
     inputs = {sink.inputs[0] for sink in sinks}
-    frames = {sink.name: frames[sink.name] for sink in sinks}
+    frames = {sink.name: frames[sink.name] for sink in sinks if sink.name in frames}  # none with operators
     root = shared_root(plan)
-    if len(inputs) == 1 and not (root and root in compiled.lowering.raw_windows):
+    if has_operators(plan):
+        assert root is not None
+        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint)
+    elif len(inputs) == 1 and not (root and root in compiled.lowering.raw_windows):
         stream = frames[sinks[0].name]
         dispatch = _same_stream(sinks)
     elif root is not None:
@@ -132,41 +135,24 @@ def _same_stream(sinks: list[SinkNode]) -> Any:
     return dispatch
 
 
-def _path_up(plan: Plan, sink: SinkNode) -> list[str]:
-    """From a sink upwards while the steps can run per batch; ends with the first that cannot."""
-    path, name = [], sink.inputs[0]
-    while True:
-        path.append(name)
-        node = plan.nodes[name]
-        if not spec_of(node).per_batch or not node.inputs:
-            return path
-        if node.kind == "dead_letters" and len(node.inputs) > 1:  # needs every source's stream
-            return path
-        name = node.inputs[0]
-
-
-def shared_root(plan: Plan) -> str | None:
-    """The lowest step every sink descends from through per-batch steps only, if any: the query
-    runs up to it, and each sink's branch runs on the micro-batch inside foreachBatch. So a
-    stateful step that feeds several sinks (a window and its late records) runs once."""
-    paths = [_path_up(plan, sink) for sink in plan.sinks()]
-    for candidate in paths[0]:
-        if all(candidate in path for path in paths[1:]):
-            return candidate
-    return None
-
-
-def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str) -> tuple[DataFrame, Any]:
+def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str,
+               checkpoint: str | None = None) -> tuple[DataFrame, Any]:
     lowering = compiled.lowering
     stream = lowering.root_stream(root)
+    operators = [n.name for n in plan.nodes.values() if n.kind == "operator"]
 
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
+        per_batch = Lowering(plan, df.sparkSession, run_dir)
+        per_batch.batch_id, per_batch.checkpoint = batch_id, checkpoint
         try:
-            per_batch = Lowering(plan, df.sparkSession, run_dir)
             per_batch.seed(root, df)
+            for name in operators:  # every window runs and saves its state, even when the sinks have the batch
+                per_batch.frame(name)
             _deliver(sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
         finally:
+            for cached in per_batch.cached:
+                cached.unpersist()
             df.unpersist()
     return stream, dispatch
 

@@ -185,6 +185,7 @@ class _TestReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str], path: str) -> None:
         self.options, self.path = options, path
         self.total = int(options["steps"])
+        self._clocks: list[tuple[int, int]] | None = None
 
     def initialOffset(self) -> dict[str, int]:
         return {"step": 0}
@@ -193,7 +194,15 @@ class _TestReader(DataSourceStreamReader):
         released = min(_released(self.options["hr_run_dir"], self.options["hr_source"]), self.total)
         if released >= self.total:
             mark_exhausted(self.options)
-        return {"step": released}
+        offset = {"step": released}
+        if self._clocks is None:  # (step, time) of each ProcessingTime marker
+            with open(self.path, "rb") as handle:
+                steps = pickle.load(handle)["steps"]
+            self._clocks = [(n, s.time) for n, s in enumerate(steps) if isinstance(s, ProcessingTime)]
+        clocks = [time for step, time in self._clocks if step < released]
+        if clocks:  # the test clock so far, for operators' processing time (spark/operator_stage.py)
+            offset["clock"] = clocks[-1]
+        return offset
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         return [InputPartition(step) for step in range(start["step"], end["step"])]

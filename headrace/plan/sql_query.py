@@ -1,0 +1,376 @@
+"""SQL steps at plan time: read a Spark SQL query with sqlglot, without Spark.
+
+:func:`sql_node` parses the query, finds the names it reads in FROM and JOIN (the plan's
+sources, steps and tables), refuses what a streaming query cannot do, and tells what the
+query is, which decides how the step runs:
+
+* ``stateless``: projections, filters, joins with tables; runs the same on one micro-batch;
+* ``windowed aggregate``: a GROUP BY with Spark's ``window()`` or ``session_window()`` on
+  the stream's event time; stateful, append mode (a window is emitted once, when the
+  watermark passes its end);
+* ``aggregate``: a GROUP BY (or an aggregate, or DISTINCT) without a window; stateful,
+  update mode (each micro-batch emits the groups it changed).
+
+:func:`rewrite` puts the names of Spark temp views in place of the names the query reads,
+keeping every other character where the user wrote it, and maps a position in the rewritten
+text back to the query, so that errors point at the query the user wrote.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.errors import ParseError, TokenError
+
+from headrace.errors import PlanError, step_error
+from headrace.plan.graph import Plan
+from headrace.plan.nodes import EventTimeNode, SinkNode, SourceNode, SqlNode, TableNode
+
+STATELESS, WINDOWED, AGGREGATE = "stateless", "windowed aggregate", "aggregate"
+WINDOW_FUNCTIONS = ("window", "session_window")
+# Spark aggregate functions sqlglot reads as plain (anonymous) functions.
+MORE_AGGREGATES = frozenset({"mean", "every", "some", "any", "bool_or", "histogram_numeric", "try_sum", "try_avg",
+                             "hll_sketch_agg", "hll_union_agg", "count_min_sketch", "bitmap_or_agg",
+                             "approx_top_k", "grouping", "grouping_id"})
+
+
+class _SparkSql(Spark):
+    """Spark's SQL as sqlglot reads it, with ``window`` a plain name: Spark's ``window(ts, '1
+    minute')`` function and its ``window`` column, not the WINDOW clause of named OVER windows
+    (which a streaming query cannot use)."""
+
+    class Tokenizer(Spark.Tokenizer):
+        KEYWORDS = {word: kind for word, kind in Spark.Tokenizer.KEYWORDS.items() if word != "WINDOW"}
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where something is in a query: 1-based line and column, and how many characters it spans."""
+
+    line: int
+    column: int
+    width: int = 1
+
+    @classmethod
+    def at(cls, query: str, offset: int, width: int = 1) -> Position:
+        before = query[:offset]
+        line = before.count("\n") + 1
+        return cls(line, offset - (before.rfind("\n") + 1) + 1, max(width, 1))
+
+    def describe(self) -> str:
+        return f"line {self.line}, column {self.column}"
+
+
+def show(query: str, position: Position | None = None) -> str:
+    """The query, numbered, with carets under ``position`` (a few lines around it for a long query)."""
+    lines = query.split("\n")
+    first, last = 0, len(lines)
+    if position is not None and len(lines) > 12:
+        first, last = max(position.line - 4, 0), min(position.line + 3, len(lines))
+    width = len(str(last))
+    out = []
+    for number in range(first + 1, last + 1):
+        text = lines[number - 1]
+        out.append(f"    {str(number).rjust(width)} | {text}")
+        if position is not None and number == position.line:
+            pad = "".join(c if c == "\t" else " " for c in text[:position.column - 1])
+            carets = max(min(position.width, len(text) - position.column + 1), 1)
+            out.append(f"    {' ' * width} | {pad}{'^' * carets}")
+    return "\n".join(out)
+
+
+def query_error(step: str, where: str, query: str, message: str, position: Position | None = None) -> PlanError:
+    """A plan error on an SQL step: the step, its file:line, what is wrong and where, the query."""
+    at = f"at {position.describe()} of the query" if position is not None else "the query"
+    return step_error(step, where, f"{message}\n  {at}:\n{show(query, position)}")
+
+
+class _Refused(Exception):
+    def __init__(self, message: str, position: Position | None = None) -> None:
+        super().__init__(message)
+        self.message, self.position = message, position
+
+
+# -- reading the query ------------------------------------------------------------------------------
+
+def parse(query: str, step: str, where: str) -> exp.Query:
+    """The query's syntax tree; a syntax error names the line and column."""
+    try:
+        statements = [s for s in sqlglot.parse(query, dialect=_SparkSql) if s is not None]
+    except ParseError as exc:
+        error = exc.errors[0] if exc.errors else {}
+        highlight = str(error.get("highlight") or "")
+        line, column = int(error.get("line") or 1), int(error.get("col") or 1)
+        width = len(highlight) if highlight and "\n" not in highlight else 1
+        position = Position(line, max(column - width + 1, 1), width)
+        raise query_error(step, where, query, f"syntax error in the query: {_syntax_message(error)}",
+                          position) from None
+    except TokenError as exc:
+        raise query_error(step, where, query, f"syntax error in the query: cannot read it ({exc}); is a quote "
+                                              "or a backtick left open?") from None
+    if len(statements) != 1:
+        raise query_error(step, where, query, f"give one query, not {len(statements)} statements")
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        raise query_error(step, where, query, "an SQL step runs a query (SELECT ...), not an "
+                                              f"{type(tree).__name__.upper()} statement")
+    return tree
+
+
+def _syntax_message(error: dict[str, Any]) -> str:
+    description = str(error.get("description") or "cannot parse")
+    description = re.sub(r"<Token token_type: TokenType\.SENTINEL[^>]*>", "the end of the query", description)
+    description = re.sub(r"<Token token_type: [^,]*, text: ([^,]*),[^>]*>", r"'\1'", description)
+    missing = re.match(r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>", description)
+    if missing:
+        description = f"an incomplete {missing.group(1).upper()} expression"
+    highlight = error.get("highlight")
+    if description == "Invalid expression / Unexpected token" and highlight:
+        return f"unexpected {highlight!r}"
+    return f"{description} (near {highlight!r})" if highlight else description
+
+
+def _position(query: str, node: exp.Expr) -> Position | None:
+    """Where ``node`` (or the first part of it that sqlglot placed) is in the query."""
+    for part in node.walk():
+        meta = part.meta
+        if "start" in meta and "end" in meta:
+            return Position.at(query, meta["start"], meta["end"] - meta["start"] + 1)
+    return None
+
+
+def _keyword_position(query: str, *words: str) -> Position | None:
+    """Where the first of ``words`` (a keyword, upper case) is in the query."""
+    for token in _SparkSql().tokenize(query):
+        if " ".join(token.text.upper().split()) in words:
+            return Position.at(query, token.start, token.end - token.start + 1)
+    return None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A name the query reads in FROM or JOIN, where it is, and its alias (or "")."""
+
+    name: str
+    start: int  # offsets of the name in the query (quotes included), end inclusive
+    end: int
+    alias: str
+
+
+def references(tree: exp.Expr) -> list[Reference]:
+    """The names of tables the query reads (not its WITH names), in order of appearance."""
+    with_names = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    found = []
+    for table in tree.find_all(exp.Table):
+        identifier = table.this
+        if not isinstance(identifier, exp.Identifier) or "start" not in identifier.meta:
+            continue
+        if not table.args.get("db") and identifier.name in with_names:
+            continue
+        qualified = ".".join(p.name for p in (table.args.get("catalog"), table.args.get("db"), identifier) if p)
+        start = (table.args.get("catalog") or table.args.get("db") or identifier).meta.get("start",
+                                                                                            identifier.meta["start"])
+        found.append(Reference(qualified, start, identifier.meta["end"], table.alias))
+    return sorted(found, key=lambda r: r.start)
+
+
+def _is_aggregate(node: exp.Expr) -> bool:
+    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous) and node.name.lower() in MORE_AGGREGATES)
+
+
+def _owned(select: exp.Select, kind: Any) -> Iterable[Any]:
+    """The nodes of ``kind`` in ``select`` itself, not in a query nested in it."""
+    for node in select.find_all(kind):
+        if node.find_ancestor(exp.Select) is select:
+            yield node
+
+
+def _aggregates(select: exp.Select) -> bool:
+    if select.args.get("group") or select.args.get("distinct") or select.args.get("having"):
+        return True
+    return any(_is_aggregate(n) and not n.find_ancestor(exp.Window) for n in _owned(select, exp.Func))
+
+
+def window_calls(tree: exp.Expr) -> list[exp.Anonymous]:
+    return [f for f in tree.find_all(exp.Anonymous) if f.name.lower() in WINDOW_FUNCTIONS]
+
+
+def shape_of(query: str, tree: exp.Expr) -> str:
+    """What the query is (see the module's docstring); raises _Refused for what a stream cannot do."""
+    over = next(tree.find_all(exp.Window), None)
+    if over is not None:
+        raise _Refused("OVER (...) window functions are not supported on a stream (Spark refuses non-time "
+                       "windows on streaming queries); group by window(ts, '1 minute') or session_window(ts, "
+                       "'5 minutes') instead", _keyword_position(query, "OVER") or _position(query, over))
+    if next(tree.find_all(exp.SetOperation), None) is not None:
+        raise _Refused("UNION, INTERSECT and EXCEPT are not supported in an SQL step (Spark cannot combine a "
+                       "stream with a table that way, and de-duplicating needs state); unite streams with "
+                       "stream.union(...) before the query", _keyword_position(query, "UNION", "UNION ALL",
+                                                                             "INTERSECT", "EXCEPT"))
+    for select in tree.find_all(exp.Select):
+        if select.args.get("order"):
+            raise _Refused("ORDER BY is not supported on a stream (Spark sorts a stream only in complete mode, "
+                           "which headrace does not use); sort in the sink's system, or in a function step",
+                           _keyword_position(query, "ORDER BY"))
+        if select.args.get("limit"):
+            raise _Refused("LIMIT is not supported in an SQL step: a stream has no end to count to",
+                           _keyword_position(query, "LIMIT"))
+    distinct = next((d for d in tree.find_all(exp.Distinct) if isinstance(d.parent, exp.AggFunc)), None)
+    if distinct is not None:
+        raise _Refused("an aggregate over DISTINCT values is not supported on a stream (Spark refuses it); use "
+                       "approx_count_distinct(...)", _position(query, distinct.parent or distinct))
+    aggregating = [s for s in tree.find_all(exp.Select) if _aggregates(s)]
+    if len(aggregating) > 1:
+        raise _Refused("the query aggregates twice (a GROUP BY or aggregate inside another); a pipeline runs "
+                       "as one Spark query, which cannot aggregate an aggregate's output: sink the first "
+                       "aggregate and aggregate it again in another pipeline", _keyword_position(query, "GROUP BY"))
+    if not aggregating:
+        return STATELESS
+    return WINDOWED if window_calls(tree) else AGGREGATE
+
+
+def keeps_column(tree: exp.Expr, column: str, qualifiers: set[str]) -> bool:
+    """Whether the outer SELECT passes ``column`` through unchanged under its own name
+    (``*``, ``t.*``, ``column`` or ``t.column``, ``column AS column``)."""
+    if not isinstance(tree, exp.Select):
+        return False
+    for item in tree.expressions:
+        target = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(target, exp.Star) or (isinstance(target, exp.Column) and isinstance(target.this, exp.Star)):
+            table = target.table if isinstance(target, exp.Column) else ""
+            if not table or table in qualifiers:
+                return True
+        elif (isinstance(target, exp.Column) and target.name == column and item.alias_or_name == column
+              and (not target.table or target.table in qualifiers)):
+            return True
+    return False
+
+
+# -- the plan node -----------------------------------------------------------------------------------
+
+def sql_node(plan: Plan, step: str, where: str, query: Any) -> SqlNode:
+    """The SQL step ``step`` running ``query`` over the plan's streams and tables, checked."""
+    if not isinstance(query, str) or not query.strip():
+        raise step_error(step, where, f"sql needs a query string, got {query!r}; e.g. p.sql(\"SELECT url, count(*) "
+                                      "AS n FROM clicks GROUP BY url\")")
+    tree = parse(query, step, where)
+    queryable = [n.name for n in plan.nodes.values() if not isinstance(n, SinkNode)]
+    all_streams = ", ".join(n for n in queryable if not isinstance(plan.nodes[n], TableNode)) or "none"
+    all_tables = ", ".join(n for n in queryable if isinstance(plan.nodes[n], TableNode)) or "none"
+    refs = references(tree)
+    for ref in refs:
+        if ref.name not in queryable:
+            position = Position.at(query, ref.start, ref.end - ref.start + 1)
+            what = (f"{ref.name!r} is a sink; a query reads sources, steps and tables" if ref.name in plan.nodes
+                    else f"unknown stream or table {ref.name!r}")
+            raise query_error(step, where, query, f"{what}; pipeline {plan.name!r} has the streams {all_streams} "
+                                                  f"and the tables {all_tables}", position)
+    read = {ref.name: _resolve(plan, ref.name) for ref in refs}
+    streams = [r for r in refs if not isinstance(plan.nodes[r.name], TableNode)]
+    if not streams:
+        raise query_error(step, where, query, "the query reads no stream, only tables; an SQL step reads one "
+                                              f"stream (pipeline {plan.name!r} has the streams {all_streams})")
+    if len(streams) > 1:
+        names = list(dict.fromkeys(read[r.name] for r in streams))
+        what = (f"the stream {names[0]!r} twice" if len(names) == 1
+                else f"{len(names)} streams ({', '.join(map(repr, names))})")
+        raise query_error(step, where, query, f"the query reads {what}; an SQL step reads one stream, once, and "
+                                              "joins it with tables (pipeline.table(...)): stream-stream joins are "
+                                              "not supported; unite streams with stream.union(...) first",
+                          Position.at(query, streams[1].start, streams[1].end - streams[1].start + 1))
+    stream = plan.nodes[read[streams[0].name]]
+    try:
+        shape = shape_of(query, tree)
+    except _Refused as refused:
+        raise query_error(step, where, query, refused.message, refused.position) from None
+    for call in window_calls(tree):
+        at = _position(query, call)
+        function = call.name.lower()
+        if stream.event_time is None:
+            raise query_error(step, where, query, f"{function}() needs event time, and the stream {stream.name!r} "
+                                                  "has none: declare it with .with_event_time('field', "
+                                                  "max_out_of_orderness) (or event_time= on the source) and query "
+                                                  "that stream", at)
+        time = call.expressions[0] if call.expressions else None
+        if not (isinstance(time, exp.Column) and time.name == stream.event_time):
+            got = time.sql(dialect=_SparkSql) if time is not None else "nothing"
+            raise query_error(step, where, query, f"{function}() must read the event-time field "
+                                                  f"{stream.event_time!r} of stream {stream.name!r}, whose watermark "
+                                                  f"closes the windows; it reads {got}", at)
+    qualifiers = {streams[0].alias or streams[0].name}
+    event_time = (stream.event_time if shape == STATELESS and stream.event_time is not None
+                  and keeps_column(tree, stream.event_time, qualifiers) else None)
+    inputs = tuple(dict.fromkeys(read.values()))
+    return SqlNode(step, inputs, where, None, event_time, query=query, shape=shape, reads=tuple(read.items()))
+
+
+def _resolve(plan: Plan, name: str) -> str:
+    """The step a name in a query reads: a source given ``event_time=`` is read with its event
+    time (the query's ``clicks`` is the step ``clicks_event_time``), any other name is its step."""
+    node = plan.nodes[name]
+    if isinstance(node, SourceNode):
+        declared = plan.nodes.get(f"{name}_event_time")
+        if isinstance(declared, EventTimeNode) and declared.inputs == (name,):
+            return declared.name
+    return name
+
+
+# -- the query Spark runs ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rewritten:
+    """The query with view names in place of the names it reads; ``spans`` maps each change
+    (start and end in the new text, start and end in the query) so positions map back."""
+
+    text: str
+    spans: tuple[tuple[int, int, int, int], ...]
+
+    def original_offset(self, offset: int) -> int:
+        """Where the character at ``offset`` of the new text was in the query."""
+        shift = 0
+        for new_start, new_end, old_start, old_end in self.spans:
+            if offset < new_start:
+                break
+            if offset <= new_end:
+                return old_start
+            shift = new_end - old_end
+        return offset - shift
+
+
+def rewrite(query: str, views: dict[str, str]) -> Rewritten:
+    """``query`` reading the temp view ``views[name]`` for each name (which keeps its name as
+    the alias, so ``clicks.url`` still means what it did)."""
+    parts, spans, last, length = [], [], 0, 0
+    for ref in _references_of(query):
+        if ref.name not in views:
+            continue
+        original = query[ref.start:ref.end + 1]
+        replacement = f"`{views[ref.name]}`" + ("" if ref.alias else f" AS {original}")
+        parts.append(query[last:ref.start])
+        length += ref.start - last
+        spans.append((length, length + len(replacement) - 1, ref.start, ref.end))
+        parts.append(replacement)
+        length += len(replacement)
+        last = ref.end + 1
+    parts.append(query[last:])
+    return Rewritten("".join(parts), tuple(spans))
+
+
+@functools.lru_cache(maxsize=256)
+def _references_of(query: str) -> tuple[Reference, ...]:
+    """The names ``query`` reads (parsed once: a stateless step's query is rewritten each micro-batch)."""
+    return tuple(references(parse(query, "", "")))
+
+
+def restore_names(text: str, views: dict[str, str]) -> str:
+    """Spark's message about the rewritten query, with the query's own names again."""
+    for name, view in views.items():
+        text = re.sub(rf"(`?spark_catalog`?\.)?(`?default`?\.)?`?{re.escape(view)}`?", name, text)
+    return text

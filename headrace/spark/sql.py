@@ -1,0 +1,176 @@
+"""Lowering an SQL step: its query run by ``spark.sql`` over temp views of its inputs.
+
+Each input's DataFrame comes through ``lowering.input`` (so the watermark is declared on the
+way in where it belongs) and loses headrace's control rows after that: they have moved the
+watermark, and an aggregate must not count them. The inputs are registered as temp views
+under names of their own per pipeline, step and input, the query is rewritten to read them
+(``headrace/plan/sql_query.py``), and the views are dropped once Spark has analysed it.
+
+A column holding Spark's window struct (``window(...)``, ``session_window(...)``) is flattened:
+``window`` and ``session_window`` become ``window_start`` and ``window_end``, the columns of
+headrace's own windows; another struct of a window's start and end, ``w``, becomes ``w_start``
+and ``w_end``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pyspark.errors import AnalysisException
+from pyspark.logger import PySparkLogger
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType, TimestampType
+
+from headrace.connectors.base import CONTROL_COLUMN
+from headrace.errors import PlanError
+from headrace.plan.graph import Plan
+from headrace.plan.nodes import SqlNode
+from headrace.plan.sql_query import Position, Rewritten, query_error, restore_names, rewrite
+from headrace.spark.stateless import without_control
+
+if TYPE_CHECKING:
+    from headrace.spark.compiler import Lowering
+
+# The Spark output mode of each query shape; None: stateless.
+SQL_OUTPUT_MODES: dict[str, str | None] = {"stateless": None, "windowed aggregate": "append", "aggregate": "update"}
+
+
+def view_name(pipeline: str, step: str, source: str) -> str:
+    """A temp view name of its own for input ``source`` of step ``step`` in ``pipeline``."""
+    readable = re.sub(r"\W", "_", f"{pipeline}__{step}__{source}")[:80]
+    digest = hashlib.sha1(f"{pipeline}\0{step}\0{source}".encode()).hexdigest()[:8]
+    return f"_hr_sql_{readable}_{digest}"
+
+
+def sql_lowered_as(plan: Plan, node: SqlNode) -> str:
+    views = ", ".join(dict(node.reads).values())
+    how = {"stateless": "projections, filters and joins with tables, per micro-batch",
+           "windowed aggregate": "native window aggregate, append mode (a window is emitted once the watermark "
+                                 "passes its end)",
+           "aggregate": "native streaming aggregate, update mode (each micro-batch emits the groups it changed)"}
+    return f"Spark SQL over temp views of {views}: {how[node.shape]}"
+
+
+def lower_sql(node: SqlNode, lowering: Lowering) -> DataFrame:
+    spark = lowering.spark
+    views: dict[str, str] = {}  # input step -> its view
+    control: DataFrame | None = None
+    for index, name in enumerate(node.inputs):
+        df = lowering.input(node, index)
+        if CONTROL_COLUMN in df.columns:
+            control = df.filter(F.col(CONTROL_COLUMN).isNotNull()).select(CONTROL_COLUMN)
+            df = without_control(df)
+        views[name] = view_name(lowering.plan.name, node.name, name)
+        df.createOrReplaceTempView(views[name])
+    in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
+    rewritten = rewrite(node.query, in_query)
+    try:
+        with _quiet_query_errors():
+            result = spark.sql(rewritten.text)
+            if result.isStreaming:
+                _check_streaming(node, result)
+    except AnalysisException as exc:
+        raise _refused(node, rewritten, in_query, exc) from None
+    finally:
+        for view in views.values():
+            spark.catalog.dropTempView(view)
+    result = _flatten_windows(node, result)
+    if control is not None and node.shape == "stateless" and lowering.control_needed_after(node.name):
+        # a watermark is declared further on (or the test clock runs): control rows go on
+        result = result.withColumn(CONTROL_COLUMN, F.lit(None).cast("long")).unionByName(
+            control, allowMissingColumns=True)
+    return result
+
+
+@contextlib.contextmanager
+def _quiet_query_errors() -> Iterator[None]:
+    """PySpark logs each error in an SQL query with the JVM's stack to stderr; the step's plan
+    error says it in one message instead."""
+    logger = PySparkLogger.getLogger("SQLQueryContextLogger")
+    before, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = before
+
+
+def _check_streaming(node: SqlNode, result: DataFrame) -> None:
+    """Spark's own check of what a streaming query may do (the one it runs when a query
+    starts), run on this step's query now, so that a refusal names the step."""
+    spark = result.sparkSession
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: the check runs when the query starts
+        return
+    mode = getattr(jvm.org.apache.spark.sql.streaming.OutputMode, (SQL_OUTPUT_MODES[node.shape] or "append").title())
+    jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
+        result._jdf.queryExecution().analyzed(), mode())
+
+
+def _refused(node: SqlNode, rewritten: Rewritten, views: dict[str, str], exc: AnalysisException) -> PlanError:
+    """Spark's refusal of the query as a plan error on the step, pointing at the user's query."""
+    text = exc.getMessage() or getattr(exc, "_desc", None) or str(exc)
+    # Spark's own rendering of the query or its plan, and the JVM's stack, are left out
+    text = re.split(r"\n\s*(?:== SQL|JVM stacktrace:)|;\s*(?:line \d+ pos \d+;)?\s*\n", text.strip(), maxsplit=1)[0]
+    span = _spark_span(exc, rewritten.text)
+    position = None
+    if span is not None:
+        first, last = rewritten.original_offset(span[0]), rewritten.original_offset(span[1])
+        position = Position.at(node.query, first, last - first + 1)
+        text = re.sub(r"\s*\(line \d+, pos \d+\)", "", text)
+    message = " ".join(restore_names(text, views).split())
+    return query_error(node.name, node.defined_at, node.query, f"Spark refused the query: {message}", position)
+
+
+def _spark_span(exc: AnalysisException, text: str) -> tuple[int, int] | None:
+    """Where in ``text`` Spark placed its error: its SQL query context (analysis errors), or the
+    line and position in the message of a parse error."""
+    for context in exc.getQueryContext() or []:
+        try:
+            start, stop = int(context.startIndex()), int(context.stopIndex())
+        except Exception:  # noqa: BLE001 - a context with no place in the text (a DataFrame call)
+            continue
+        if 0 <= start <= stop < len(text):
+            return start, stop
+    found = re.search(r"\(line (\d+), pos (\d+)\)", getattr(exc, "_desc", None) or str(exc))
+    if found is None:
+        return None
+    lines = text.split("\n")
+    line, pos = int(found.group(1)), int(found.group(2))
+    if not 1 <= line <= len(lines):
+        return None
+    offset = sum(len(earlier) + 1 for earlier in lines[:line - 1]) + min(pos, len(lines[line - 1]))
+    word = re.match(r"\w+|\S", text[offset:])
+    return offset, offset + (len(word.group(0)) - 1 if word else 0)
+
+
+def _is_window_struct(data_type: object) -> bool:
+    return (isinstance(data_type, StructType) and [f.name for f in data_type.fields] == ["start", "end"]
+            and all(isinstance(f.dataType, TimestampType) for f in data_type.fields))
+
+
+def _flatten_windows(node: SqlNode, df: DataFrame) -> DataFrame:
+    """Each window struct column as two columns, its start and its end (see the module's docstring)."""
+    if not any(_is_window_struct(f.dataType) for f in df.schema.fields):
+        return df
+    columns, names = [], []
+    for field in df.schema.fields:
+        if not _is_window_struct(field.dataType):
+            columns.append(F.col(f"`{field.name}`"))
+            names.append(field.name)
+            continue
+        prefix = "window" if field.name in ("window", "session_window") else field.name
+        for part in ("start", "end"):
+            columns.append(F.col(f"`{field.name}`.{part}").alias(f"{prefix}_{part}"))
+            names.append(f"{prefix}_{part}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise query_error(node.name, node.defined_at, node.query,
+                          f"the query's output would have two columns named {twice[0]!r}: a window column "
+                          f"becomes <name>_start and <name>_end (window and session_window become window_start "
+                          "and window_end); rename one of them")
+    return df.select(*columns)

@@ -1,0 +1,339 @@
+"""SQL steps (``p.sql``): plan-time checks without Spark, then queries run on Spark and checked
+against the same result computed in plain Python."""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import runpy
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import headrace as hr
+from headrace.plan.sql_query import Position, rewrite, show
+from headrace.runtime.compatibility import compare, plan_record
+from headrace.spark.specs import output_mode, spec_of
+from headrace.spark.writer import shared_root
+from headrace.testing import TestSink, TestSource, Watermark, run_to_completion
+
+ROOT = Path(__file__).resolve().parents[1]
+CLICKS = {"user": "string", "url": "string", "ts": "timestamp"}
+MINUTE = 60_000
+UTC = datetime.UTC
+
+
+def next_line() -> int:
+    frame = inspect.currentframe()
+    assert frame is not None and frame.f_back is not None
+    return frame.f_back.f_lineno + 1
+
+
+def at(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def clicks_pipeline(name: str, batches: list | None = None, *, event_time: bool = True) -> hr.Pipeline:
+    p = hr.Pipeline(name)
+    p.source("clicks", TestSource(batches or [], schema=CLICKS), event_time="ts" if event_time else None,
+             max_out_of_orderness="30s" if event_time else 0)
+    return p
+
+
+# -- plan time: what the query is, and the errors that point at it -----------------------------------
+
+def test_the_query_decides_how_the_step_runs():
+    p = clicks_pipeline("shapes")
+    p.table("users", [{"user": "u1", "country": "fr"}])
+    windowed = p.sql("SELECT window, url, count(*) AS n FROM clicks GROUP BY window(ts, '1 minute'), url")
+    stateless = p.sql("SELECT c.user, c.ts, u.country FROM clicks c JOIN users u ON c.user = u.user")
+    grouped = p.sql("SELECT url, count(*) AS n FROM clicks GROUP BY url")
+    assert [s.node.shape for s in (windowed, stateless, grouped)] == ["windowed aggregate", "stateless", "aggregate"]
+    assert windowed.node.inputs == ("clicks_event_time",)  # a source's name reads it with its event time
+    assert stateless.node.inputs == ("clicks_event_time", "users")
+    assert stateless.node.event_time == "ts"  # c.ts passes through: a fluent window can follow
+    assert grouped.node.event_time is None
+    specs = [spec_of(s.node) for s in (windowed, stateless, grouped)]
+    assert [(s.per_batch, s.stateful, s.reads_watermark) for s in specs] == [
+        (False, True, True), (True, False, False), (False, True, False)]
+    assert [s.output_mode(n.node) for s, n in zip(specs, (windowed, stateless, grouped))] == ["append", None, "update"]
+
+
+def test_a_syntax_error_names_the_step_its_line_and_the_query_line_and_column():
+    p = clicks_pipeline("syntax")
+    line = next_line() + 1
+    with pytest.raises(hr.PlanError) as error:
+        p.sql("SELECT url, count(*) AS n\nFROM clicks\nGROUP url", name="bad_group")
+    message = str(error.value)
+    assert message.startswith(f"step 'bad_group' (test_sql.py:{line}): syntax error in the query")
+    assert "at line 3, column 7 of the query:" in message
+    assert message.endswith("    3 | GROUP url\n      |       ^^^")
+
+
+def test_an_unknown_name_lists_the_pipelines_streams_and_tables():
+    p = clicks_pipeline("unknown")
+    p.table("users", [{"user": "u1", "country": "fr"}])
+    line = next_line() + 1
+    with pytest.raises(hr.PlanError) as error:
+        p.sql("SELECT *\nFROM clicks c\nJOIN userz u ON c.user = u.user", name="enrich")
+    message = str(error.value)
+    assert message.startswith(f"step 'enrich' (test_sql.py:{line}): unknown stream or table 'userz'; pipeline "
+                              "'unknown' has the streams clicks, clicks_event_time and the tables users")
+    assert "at line 3, column 6 of the query:" in message
+    assert message.endswith("    3 | JOIN userz u ON c.user = u.user\n      |      ^^^^^")
+
+
+def test_a_window_on_a_stream_without_event_time_is_refused():
+    p = clicks_pipeline("no_time", event_time=False)
+    line = next_line() + 1
+    with pytest.raises(hr.PlanError) as error:
+        p.sql("SELECT window, count(*) AS n FROM clicks GROUP BY window(ts, '1 minute')", name="per_minute")
+    message = str(error.value)
+    assert message.startswith(f"step 'per_minute' (test_sql.py:{line}): window() needs event time, and the stream "
+                              "'clicks' has none: declare it with .with_event_time('field', max_out_of_orderness)")
+    assert "at line 1, column 51 of the query:" in message
+
+
+@pytest.mark.parametrize("query, message", [
+    ("SELECT window, count(*) FROM clicks GROUP BY window(user, '1 minute')",
+     r"window\(\) must read the event-time field 'ts' of stream 'clicks_event_time'.*it reads user"),
+    ("SELECT * FROM clicks ORDER BY ts", "ORDER BY is not supported on a stream"),
+    ("SELECT * FROM clicks LIMIT 3", "LIMIT is not supported"),
+    ("SELECT url, max(ts) OVER (PARTITION BY user) FROM clicks", r"OVER \(...\) window functions"),
+    ("SELECT count(DISTINCT url) FROM clicks", "approx_count_distinct"),
+    ("SELECT n, count(*) FROM (SELECT url, count(*) AS n FROM clicks GROUP BY url) GROUP BY n",
+     "the query aggregates twice"),
+    ("SELECT * FROM users", "the query reads no stream, only tables"),
+    ("SELECT * FROM clicks JOIN clicks_event_time USING (user)", "reads the stream 'clicks_event_time' twice"),
+    ("SELECT * FROM clicks UNION ALL SELECT * FROM clicks", "reads the stream 'clicks_event_time' twice"),
+    ("SELECT * FROM out", "'out' is a sink; a query reads sources, steps and tables"),
+    ("INSERT INTO x SELECT 1", r"an SQL step runs a query \(SELECT ...\), not an INSERT statement"),
+    ("SELECT 1 FROM clicks; SELECT 2 FROM clicks", "give one query, not 2 statements"),
+    ("SELECT 'open FROM clicks", "is a quote or a backtick left open"),
+    ("   ", "sql needs a query string"),
+])
+def test_what_a_streaming_query_cannot_do_is_refused_with_the_reason(query, message):
+    p = clicks_pipeline("limits")
+    p.table("users", [{"user": "u1", "country": "fr"}])
+    p.source("other", TestSource([], schema=CLICKS)).sink("out", TestSink())
+    with pytest.raises(hr.PlanError, match=message):
+        p.sql(query, name="q")
+
+
+def test_an_aggregate_of_an_aggregate_is_refused_across_steps():
+    p = clicks_pipeline("twice")
+    p.sql("SELECT url, count(*) AS n FROM clicks GROUP BY url", name="per_url")
+    with pytest.raises(hr.PlanError, match="comes from the aggregate step 'per_url'"):
+        p.sql("SELECT n, count(*) AS urls FROM per_url GROUP BY n", name="histogram")
+
+
+def test_explain_shows_the_sql_step_and_how_it_is_lowered():
+    p = clicks_pipeline("explained")
+    p.sql("SELECT window, url, count(*) AS n\n  FROM clicks\n GROUP BY window(ts, '1 minute'), url",
+          name="per_minute").sink("out", TestSink())
+    text = p.explain()
+    assert "one Spark streaming query, output mode append" in text
+    assert ("per_minute         SQL windowed aggregate: SELECT window, url, count(*) AS n FROM clicks GROUP BY "
+            "window(ts, '1 ... <- clicks_event_time") in text
+    assert ("lowered as: Spark SQL over temp views of clicks_event_time: native window aggregate, append mode (a "
+            "window is emitted once the watermark passes its end)") in text
+    node = next(n for n in p.to_json()["nodes"] if n["name"] == "per_minute")
+    assert (node["kind"], node["shape"], node["reads"]) == ("sql", "windowed aggregate",
+                                                             {"clicks": "clicks_event_time"})
+
+
+def test_an_sql_aggregate_is_state_identity_for_restarts():
+    def build(name: str, query: str) -> hr.Pipeline:
+        p = clicks_pipeline("restart")
+        p.sql(query, name=name).sink("out", TestSink())
+        return p
+
+    counted = "SELECT url, count(*) AS n FROM clicks GROUP BY url"
+    stored = plan_record(build("per_url", counted).plan)
+    assert compare(stored, plan_record(build("per_url", counted.replace("n FROM", "clicks FROM")).plan)).allowed
+    renamed = compare(stored, plan_record(build("by_url", counted).plan))
+    assert not renamed.allowed and "stateful step 'per_url' (sql" in renamed.message()
+    windowed = "SELECT window, count(*) AS n FROM clicks GROUP BY window(ts, '1 minute')"
+    reshaped = compare(stored, plan_record(build("per_url", windowed).plan))
+    assert not reshaped.allowed and "query shape aggregate → windowed aggregate" in reshaped.message()
+
+
+def test_a_windowed_query_keeps_a_pipeline_out_of_real_time_mode():
+    p = hr.Pipeline("sql_real_time", trigger="real-time")
+    p.source("orders", hr.sources.Kafka("orders", schema="user string, t timestamp"), event_time="t")
+    p.sql("SELECT window, user, count(*) AS n FROM orders GROUP BY window(t, '1 second'), user",
+          name="per_second").sink("out", hr.sinks.Kafka("counts", exactly_once=False))
+    with pytest.raises(hr.PlanError, match="step 'per_second' .* is a windowed SQL query, which emits final results "
+                                           r"\(append mode\); real-time mode runs in update mode"):
+        p.validate()
+
+
+def test_rewriting_keeps_the_users_query_and_maps_positions_back():
+    query = "SELECT c.url FROM clicks c\nJOIN users ON c.user = users.user WHERE nope > 1"
+    rewritten = rewrite(query, {"clicks": "v1", "users": "v2"})
+    assert rewritten.text == "SELECT c.url FROM `v1` c\nJOIN `v2` AS users ON c.user = users.user WHERE nope > 1"
+    offset = rewritten.text.index("nope")
+    assert rewritten.original_offset(offset) == query.index("nope")
+    assert rewritten.original_offset(rewritten.text.index("`v2`") + 2) == query.index("users")
+    assert show(query, Position.at(query, query.index("nope"), 4)).splitlines()[-1] == "      |" + " " * 41 + "^^^^"
+
+
+# -- on Spark ------------------------------------------------------------------------------------------
+
+T0 = 1_700_000_000_000 - 1_700_000_000_000 % MINUTE  # a minute boundary
+CLICK_BATCHES = [
+    [{"user": "ann", "url": "/a", "ts": T0 + 1_000}, {"user": "bob", "url": "/b", "ts": T0 + 5_000},
+     {"user": "ann", "url": "/a", "ts": T0 + 59_999}],
+    [{"user": "cid", "url": "/a", "ts": T0 + MINUTE + 2_000}, {"user": "ann", "url": "/a", "ts": T0 + 40_000},
+     {"user": "bob", "url": "/b", "ts": T0 + MINUTE + 30_000}],
+    [{"user": "ann", "url": "/c", "ts": T0 + 3 * MINUTE + 1}, {"user": "bob", "url": "/b", "ts": T0 + 3 * MINUTE}],
+    Watermark(T0 + 2 * MINUTE + 30_000),
+    [{"user": "cid", "url": "/a", "ts": T0 + 3 * MINUTE + 10_000},
+     {"user": "ann", "url": "/p/1", "ts": T0 + 4 * MINUTE}],
+]
+USERS = [{"user": "ann", "country": "fr"}, {"user": "bob", "country": "de"}]
+
+
+def all_clicks() -> list[dict]:
+    return [r for batch in CLICK_BATCHES if isinstance(batch, list) for r in batch]
+
+
+def test_a_windowed_sql_count_equals_the_count_computed_in_python(spark):
+    p = clicks_pipeline("sql_window_count", CLICK_BATCHES)
+    sink = TestSink()
+    p.sql("""SELECT window, url, count(*) AS n
+               FROM clicks
+              GROUP BY window(ts, '1 minute'), url""", name="per_minute").sink("out", sink)
+    rows = run_to_completion(p)["out"]
+    expected = Counter((r["ts"] - r["ts"] % MINUTE, r["url"]) for r in all_clicks())
+    got = [((r["window_start"], r["window_end"]), r["url"], r["n"]) for r in rows]
+    assert sorted(got) == sorted(((at(start), at(start + MINUTE)), url, n) for (start, url), n in expected.items())
+    assert set(rows[0]) == {"window_start", "window_end", "url", "n"}  # Spark's window struct, flattened
+    # append mode: each window once (the comparison above), the last ones when the bounded input ends
+    last = [sink.batches[b] for b in sorted(sink.batches) if sink.batches[b]][-1]
+    assert {r["window_start"] for r in last} == {at(T0 + 3 * MINUTE), at(T0 + 4 * MINUTE)}
+
+
+def sessions(times: list[int], gap: int) -> list[tuple[int, int, int]]:
+    """(start, end, count) of the sessions of one key, in plain Python."""
+    out: list[list[int]] = []
+    for t in sorted(times):
+        if out and t < out[-1][1]:
+            out[-1][1], out[-1][2] = max(out[-1][1], t + gap), out[-1][2] + 1
+        else:
+            out.append([t, t + gap, 1])
+    return [tuple(s) for s in out]  # type: ignore[misc]
+
+
+def test_a_session_window_query(spark):
+    p = clicks_pipeline("sql_sessions", CLICK_BATCHES)
+    p.sql("SELECT user, session_window.start AS started, session_window.end AS ended, count(*) AS clicks "
+          "FROM clicks GROUP BY user, session_window(ts, '1 minute')", name="sessions").sink("out", TestSink())
+    rows = run_to_completion(p)["out"]
+    by_user: dict[str, list[int]] = {}
+    for r in all_clicks():
+        by_user.setdefault(r["user"], []).append(r["ts"])
+    expected = sorted((user, at(s), at(e), n) for user, times in by_user.items() for s, e, n in sessions(times, MINUTE))
+    assert sorted((r["user"], r["started"], r["ended"], r["clicks"]) for r in rows) == expected
+
+
+def test_a_stream_joined_with_a_static_table(spark):
+    p = hr.Pipeline("sql_join")
+    clicks = p.source("clicks", TestSource(CLICK_BATCHES, schema=CLICKS))
+    p.table("users", USERS)
+    p.sql("SELECT c.user, c.url, u.country FROM clicks c JOIN users u ON c.user = u.user",
+          name="enriched").sink("out", TestSink())
+    clicks.sink("raw", TestSink())
+    assert shared_root(p.plan) == "clicks"  # each micro-batch is split after the source: the query runs on it
+    out = run_to_completion(p)
+    country = {u["user"]: u["country"] for u in USERS}
+    expected = sorted((r["user"], r["url"], country[r["user"]]) for r in all_clicks() if r["user"] in country)
+    assert sorted((r["user"], r["url"], r["country"]) for r in out["out"]) == expected
+    assert len(out["raw"]) == len(all_clicks())
+
+
+def test_a_stateless_query_feeds_a_fluent_window_and_a_sink(spark):
+    p = clicks_pipeline("sql_then_window", CLICK_BATCHES)
+    pages = p.sql("SELECT user, ts, upper(url) AS page FROM clicks WHERE url <> '/b'", name="pages_sql")
+    pages.sink("pages", TestSink())
+    pages.key_by("user").window(hr.Tumbling("2m"), name="per_user_2m").count().sink("per_user", TestSink())
+    out = run_to_completion(p)
+    kept = [r for r in all_clicks() if r["url"] != "/b"]
+    assert sorted((r["user"], r["ts"], r["page"]) for r in out["pages"]) == sorted(
+        (r["user"], at(r["ts"]), r["url"].upper()) for r in kept)
+    expected = Counter((r["user"], r["ts"] - r["ts"] % (2 * MINUTE)) for r in kept)
+    assert sorted((r["user"], r["window_start"], r["count"]) for r in out["per_user"]) == sorted(
+        (user, at(start), n) for (user, start), n in expected.items())
+
+
+def test_a_word_count_in_sql_over_a_flat_map_of_lines(spark):
+    lines = [[{"line": "the quick brown fox"}, {"line": "the lazy dog"}], [{"line": "The fox and the dog"}]]
+    p = hr.Pipeline("sql_word_count")
+    (p.source("lines", TestSource(lines, schema={"line": "string"}))
+      .flat_map(lambda r: [{"word": w.lower()} for w in r["line"].split()], schema={"word": "string"}, name="words"))
+    counts = p.sql("SELECT word, count(*) AS n FROM words GROUP BY word", name="counts")
+    sink = TestSink()
+    counts.sink("out", sink)
+    assert output_mode(p.plan) == "update"
+    run_to_completion(p)
+    latest = {r["word"]: r["n"] for r in sink.rows()}  # update mode: a key's last row is its count
+    assert latest == Counter(w.lower() for batch in lines for r in batch for w in r["line"].split())
+    changed = [len(sink.batches[b]) for b in sorted(sink.batches) if sink.batches[b]]
+    assert changed == [6, 4]  # each micro-batch emits the words it changed
+
+
+def test_a_spark_analysis_error_names_the_step_and_points_at_the_query(spark):
+    p = clicks_pipeline("sql_bad_column", CLICK_BATCHES[:1], event_time=False)
+    line = next_line()
+    p.sql("SELECT user,\n       nope + 1 AS n\n  FROM clicks", name="broken").sink("out", TestSink())
+    with pytest.raises(hr.PlanError) as error:
+        run_to_completion(p)
+    message = str(error.value)
+    assert message.startswith(f"step 'broken' (test_sql.py:{line}): Spark refused the query: "
+                              "[UNRESOLVED_COLUMN.WITH_SUGGESTION]")
+    assert "`nope`" in message and "_hr_sql_" not in message and "JVM stacktrace" not in message
+    assert message.endswith("  at line 2, column 8 of the query:\n    1 | SELECT user,\n    2 |        nope + 1 AS n\n"
+                            "      |        ^^^^\n    3 |   FROM clicks")
+
+
+def test_a_query_spark_refuses_on_a_stream_names_the_step_before_the_query_starts(spark):
+    p = clicks_pipeline("sql_outer_join", CLICK_BATCHES[:1], event_time=False)
+    p.table("users", USERS)
+    line = next_line()
+    p.sql("SELECT u.user, c.url FROM users u LEFT JOIN clicks c ON c.user = u.user", name="backwards").sink(
+        "out", TestSink())
+    with pytest.raises(hr.PlanError) as error:
+        run_to_completion(p)
+    message = str(error.value)
+    assert message.startswith(f"step 'backwards' (test_sql.py:{line}): Spark refused the query: LeftOuter join "
+                              "with a streaming DataFrame/Dataset on the right and a static DataFrame/Dataset on the "
+                              "left is not supported")
+    assert "_hr_sql_" not in message and "\n  the query:\n    1 | SELECT u.user" in message
+
+
+def test_the_word_count_in_docs_sql_md_prints_what_it_shows(spark, capsys):
+    doc = (ROOT / "docs" / "sql.md").read_text()
+    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/sql.md", "exec"), {})
+    shown = doc.split("<!-- word count output -->\n```\n", 1)[1].split("```", 1)[0]
+    assert capsys.readouterr().out == shown == (
+        "[('brown', 1), ('dog', 1), ('fox', 1), ('lazy', 1), ('quick', 1), ('the', 2)]\n"
+        "[('fox', 2), ('jumps', 1), ('the', 3)]\n")
+
+
+def test_the_sql_example_counts_right_and_prints_what_docs_sql_md_shows(spark, capsys, tmp_path, monkeypatch):
+    from headrace.connectors.generator import generate
+
+    monkeypatch.setenv("HEADRACE_STATE_DIR", str(tmp_path))
+    runpy.run_path(str(ROOT / "examples" / "sql_clicks.py"), run_name="__main__")
+    printed = sorted(line for line in capsys.readouterr().out.splitlines() if line.startswith("|2023"))
+    doc = (ROOT / "docs" / "sql.md").read_text()
+    shown = doc.split("<!-- sql_clicks output -->\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    assert printed and printed == sorted(line for line in shown if line.startswith("|2023"))
+    clicks = generate("clicks", 0, 300_000).to_pylist()
+    sections = ("books", "garden", "music", "toys")
+    expected = Counter((str(c["event_time"].replace(microsecond=0)), sections[int(c["url"][-3:]) % 4])
+                       for c in clicks)
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in printed]
+    assert {(start, section): int(n) for start, _, section, n, _ in cells} == expected
