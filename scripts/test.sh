@@ -11,7 +11,7 @@ if ! bash scripts/services.sh; then
   # The tests that need a missing service skip, saying why; with CI=true they fail.
   echo "some services are unavailable: their tests will skip${CI:+ (CI: they fail)}" >&2
 fi
-echo "== pytest"; .venv/bin/python -m pytest -q --durations=25 "$@"
+echo "== pytest"; .venv/bin/python -m pytest -q --durations=60 "$@"
 shared_cases="$PWD/../shared/conformance/cases.json"
 if [ -f "$shared_cases" ]; then
   echo "== conformance"; .venv/bin/python -m headrace.testing.conformance "$shared_cases" 2>/dev/null
