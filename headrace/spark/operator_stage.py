@@ -125,8 +125,7 @@ def lower_operator(node: OperatorNode, lowering: Lowering) -> DataFrame:
         table = table.sort_by([(EDGE, "ascending"), (ORDER, "ascending")])
         ordered = zip(table.column(EDGE).to_pylist(), table.column(PAYLOAD).to_pylist(),
                       table.column(FLUSH).to_pylist(), strict=True)
-        emitted = run_chain(specs, index, ordered, fused)
-        return pa.Table.from_pylist([dict(zip(ROWS.names, r, strict=True)) for r in emitted], schema=ROWS)
+        return pa.Table.from_batches([_rows_batch(run_chain(specs, index, ordered, fused))], schema=ROWS)
 
     output = rows.groupBy(TARGET).applyInArrow(run, ROWS_DDL).persist()
     lowering.cached.append(output)
@@ -194,9 +193,14 @@ def _routed(df: DataFrame, edge: Edge, instances: int) -> DataFrame:
                 for target in targets:
                     sent[target] += 1
                     out.append((edge.id, target, order, payload, False))
-            yield pa.RecordBatch.from_arrays([pa.array(list(c), f.type) for c, f in zip(zip(*out), ROWS, strict=True)]
-                                             if out else [pa.array([], f.type) for f in ROWS], schema=ROWS)
+            yield _rows_batch(out)
     return ordered.mapInArrow(route, ROWS_DDL)
+
+
+def _rows_batch(rows: list[tuple[int, int, int, bytes | None, bool]]) -> pa.RecordBatch:
+    """Operator rows as one Arrow batch, built column by column."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(ROWS)
+    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, ROWS, strict=True)], schema=ROWS)
 
 
 def lower_port(node: PortNode, lowering: Lowering) -> DataFrame:
