@@ -123,7 +123,7 @@ class Engine(Protocol):
     has_event_time: bool
     ended: bool  # the watermark reached the end of a bounded input
 
-    def emit(self, record: Any) -> None: ...
+    def emit(self, record: Any, timestamp: int | None) -> None: ...
 
     def add_timer(self, key: Any, domain: str, time: int) -> None: ...
 
@@ -133,7 +133,7 @@ class Engine(Protocol):
 class Context:
     """What ``process`` and ``on_timer`` see: ``key``, ``timestamp`` (the record's event time
     or the timer's time, epoch ms), ``watermark`` (epoch ms, None before the first one),
-    ``processing_time`` (epoch ms), ``emit(record)`` and the timer calls."""
+    ``processing_time`` (epoch ms), ``emit(record, timestamp=None)`` and the timer calls."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -142,9 +142,12 @@ class Context:
         self.watermark: int | None = None
         self.processing_time: int = 0
 
-    def emit(self, record: Any) -> None:
-        """Send one output record: a dict (or dataclass instance) with the declared output fields."""
-        self._engine.emit(record)
+    def emit(self, record: Any, timestamp: Any = None) -> None:
+        """Send one output record: a dict (or dataclass instance) with the declared output fields.
+        On a stream with event time the record's event time is ``timestamp`` (epoch ms or a
+        datetime), by default ``ctx.timestamp`` (the record's, or the timer's time): a later
+        window or process step reads it (docs/process.md)."""
+        self._engine.emit(record, None if timestamp is None else _millis(timestamp, "emit(timestamp=...)"))
 
     def register_event_time_timer(self, time: Any) -> None:
         """Call ``on_timer`` when the watermark reaches ``time`` (epoch ms or a datetime)."""

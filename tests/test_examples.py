@@ -67,3 +67,19 @@ def test_apex_word_count_prints_what_docs_operators_md_shows(spark, capsys):
     shown = doc.split("prints:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
     assert printed == shown
     assert shown[1] == "  from window 0: brown=1 dog=2 fox=1 jumps=1 lazy=1 over=1 quick=1 sleeps=1 the=3"
+
+
+def test_two_stage_windows_prints_what_docs_windows_md_shows(spark, capsys):
+    """examples/two_stage_windows.py, run as a script, prints the output docs/windows.md shows."""
+    import runpy
+
+    root = Path(__file__).resolve().parents[1]
+    runpy.run_path(str(root / "examples" / "two_stage_windows.py"), run_name="__main__")
+    printed = [line for line in capsys.readouterr().out.splitlines() if "busiest minute" in line]
+    doc = (root / "docs" / "windows.md").read_text()
+    shown = doc.split("`python examples/two_stage_windows.py` prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert printed == shown.splitlines() == [
+        "cart [00:00, 00:05) busiest minute 1, total 2",
+        "home [00:00, 00:05) busiest minute 3, total 6",
+        "home [00:05, 00:10) busiest minute 1, total 1",
+    ]

@@ -191,20 +191,25 @@ def test_emit_must_be_final_or_updates():
         source(p, event_time="ts").window(hr.Tumbling("1s")).count(emit="early")
 
 
-def test_an_aggregate_of_an_aggregate_is_refused():
+def test_stateful_steps_that_spark_cannot_chain_are_refused():
+    """A window's results may feed another window (tests/test_multi_stage.py); these may not."""
     p = hr.Pipeline("chained")
     counts = source(p, event_time="ts").key_by("user").window(hr.Tumbling("1s"), name="per_second").count()
     with pytest.raises(hr.PlanError) as error:
         line = next_line()
         counts.key_by("user").sum("count", name="total")
-    assert str(error.value).startswith(
-        f"step 'total' ({FILE}:{line}): the stream it aggregates comes from the aggregate step 'per_second' "
-        f"({FILE}:{line - 3})")
+    assert str(error.value) == (
+        f"step 'total' ({FILE}:{line}): it reads the results of window 'per_second' ({FILE}:{line - 3}), and this "
+        "step is a rolling aggregate, which emits updates (Spark's update mode), and Spark runs stateful steps one "
+        "after another in one query only in append mode; use a window with emit='final'; sink those results and "
+        "continue in another pipeline")
     rolling = source(p, "more").key_by("user").count(name="n")
-    with fails(r"step 'again' .* comes from the aggregate step 'n'"):
+    with fails(r"step 'again' .*: it reads the results of rolling aggregate 'n' .*, which emits updates"):
         rolling.key_by("user").reduce(lambda a, b: a, name="again")
-    with fails(r"step 'windowed' .* comes from the aggregate step 'per_second'"):
-        counts.with_event_time("window_start").window(hr.Tumbling("1m"), name="windowed").count()
+    with fails(r"step 'windowed' .*: it reads the results of window 'per_second' .*, through the event-time "
+               r"declaration 'window_start_time' .*: a watermark declared again after a stateful step"):
+        (counts.with_event_time("window_start", name="window_start_time")
+         .window(hr.Tumbling("1m"), name="windowed").count())
 
 
 def test_final_windows_cannot_share_a_pipeline_with_updating_steps():
@@ -501,8 +506,11 @@ def test_explain_shows_the_dag_the_lowering_and_the_guarantee():
     assert "Python data source" in entry("events")[1]
     assert "static DataFrame (broadcast)" in entry("users")[1]
     assert "  real-time mode: not possible (Spark's real-time mode reads only Kafka sources)" in lines
-    # Every node has its line and its lowering line.
-    assert len(lines) == 5 + 2 * len(p.plan.nodes)
+    watermark = lines[lines.index(entry("per_country")[1]) + 1]
+    assert watermark.strip() == ("watermark: the event-time declaration 'events_event_time' (field 'ts', max "
+                                 "out-of-orderness 0 ms)")
+    # Every node has its line and its lowering line, and each stateful step its watermark line.
+    assert len(lines) == 5 + 2 * len(p.plan.nodes) + 1
 
 
 def test_explain_of_updating_and_python_steps():

@@ -150,13 +150,13 @@ def test_an_output_that_does_not_fit_stops_the_pipeline_naming_step_key_and_reco
             "'ann'})") in message
 
 
-def test_the_plan_refuses_stateful_steps_around_a_process_step():
+def test_the_plan_refuses_updating_steps_around_a_process_step():
     p = hr.Pipeline("process_plan")
     keyed = p.source("purchases", TestSource([], schema=SCHEMA), event_time="ts").key_by("user")
     processed = keyed.process(Sessions(), schema=OUTPUT, name="sessions")
-    with pytest.raises(hr.PlanError, match=r"step 'n' \(test_process.py:\d+\): the stream comes from the process "
-                                           r"step 'sessions' \(test_process.py:\d+\); a pipeline runs as one Spark "
-                                           "query, and a process step's output cannot feed another stateful step"):
+    with pytest.raises(hr.PlanError, match=r"step 'n' \(test_process.py:\d+\): it reads the results of process "
+                                           r"step 'sessions' \(test_process.py:\d+\), and this step is a rolling "
+                                           r"aggregate, which emits updates \(Spark's update mode\)"):
         processed.key_by("user").count(name="n")
     p = hr.Pipeline("process_plan")
     keyed = p.source("purchases", TestSource([], schema=SCHEMA), event_time="ts").key_by("user")

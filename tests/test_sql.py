@@ -124,7 +124,10 @@ def test_what_a_streaming_query_cannot_do_is_refused_with_the_reason(query, mess
 def test_an_aggregate_of_an_aggregate_is_refused_across_steps():
     p = clicks_pipeline("twice")
     p.sql("SELECT url, count(*) AS n FROM clicks GROUP BY url", name="per_url")
-    with pytest.raises(hr.PlanError, match="comes from the aggregate step 'per_url'"):
+    with pytest.raises(hr.PlanError, match=r"step 'histogram' \(test_sql.py:\d+\): it reads the results of SQL step "
+                                           r"'per_url' \(test_sql.py:\d+\), which emits updates \(Spark's update "
+                                           r"mode\), and Spark runs stateful steps one after another in one query "
+                                           "only in append mode"):
         p.sql("SELECT n, count(*) AS urls FROM per_url GROUP BY n", name="histogram")
 
 

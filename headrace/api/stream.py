@@ -6,6 +6,7 @@ until the pipeline runs.
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,6 +20,7 @@ from headrace.expr import Expr, col
 from headrace.plan.explain import explain_text
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
+    RESULT_TIME,
     DeadLettersNode,
     EventTimeNode,
     JoinNode,
@@ -40,7 +42,8 @@ from headrace.runtime.admission import BatchDuration
 from headrace.runtime.runner import run
 from headrace.schema import PYTHON_TYPES, Schema, is_record_class, schema_of
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
-from headrace.spark.specs import check_plan, spec_of
+from headrace.spark.specs import check_plan
+from headrace.spark.stages import check_stage, why_no_event_time
 from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
 from headrace.windows import Count, Global, WindowShape
 
@@ -168,8 +171,7 @@ class Pipeline:
         where = user_location()
         node = sql_node(self.plan, step, where, query)
         if node.shape != STATELESS:
-            stream = next(self.plan.nodes[n] for n in node.inputs if not isinstance(self.plan.nodes[n], TableNode))
-            _check_not_aggregated(Stream(self, stream), step, where)
+            check_stage(self.plan, node)
         return Stream(self, self.plan.add(node))
 
     # -- inspecting and running -----------------------------------------------------------------
@@ -248,6 +250,11 @@ class Stream:
     def _follow(self, node: Node) -> Stream:
         return Stream(self.pipeline, self._add(node))
 
+    def _stage(self, node: Node) -> Stream:
+        """Add a stateful step, refused when it cannot read this stream's stateful results."""
+        check_stage(self.pipeline.plan, node)
+        return self._follow(node)
+
     # -- stateless steps --------------------------------------------------------------------
     def map(self, fn: Callable[[Any], Any], *, schema: Any = None, name: str | None = None) -> Stream:
         """Apply ``fn`` to each record (a dict); it returns a dict or a dataclass instance
@@ -286,6 +293,8 @@ class Stream:
         same = mode == "filter" or (mode == "map_batches" and schema is None)
         output = self.node.schema if same else self._output_schema(step, where, mode, fn, schema)
         event_time = self.node.event_time if output is None or self.node.event_time in dict(output) else None
+        if event_time == RESULT_TIME:  # a stateful step's results: Spark loses their watermark in Python
+            event_time = None
         return self._follow(PythonStep(step, (self.node.name,), where, output, event_time, mode=mode, fn=fn,
                                        batch_format=batch_format, output_schema=None if same else output))
 
@@ -343,7 +352,7 @@ class Stream:
             if event_time in produced:
                 kept = produced[event_time].op == "col" and produced[event_time].args[0] == event_time
             else:
-                kept = keep_input
+                kept = keep_input or event_time == RESULT_TIME  # the hidden column goes along
             event_time = event_time if kept else None
         return self._follow(NativeStep(step, (self.node.name,), where, schema, event_time, mode=mode,
                                        exprs=tuple(exprs)))
@@ -380,8 +389,9 @@ class Stream:
                                               "the key function's result would replace; rename that field first, or "
                                               "key by it with key_by('key')")
             schema = None if self.node.schema is None else (*self.node.schema, ("key", "string"))
+            carried = None if self.node.event_time == RESULT_TIME else self.node.event_time  # see _python
             keyed_input = Stream(self.pipeline, self._add(PythonStep(step, (self.node.name,), where, schema,
-                                                                     self.node.event_time, mode="key", fn=fn)))
+                                                                     carried, mode="key", fn=fn)))
             fields: tuple[str, ...] = ("key",)
         else:
             if not all(isinstance(k, str) for k in keys):
@@ -483,11 +493,10 @@ class KeyedStream(Stream):
         processing time is forgotten, and its next record starts it again from nothing."""
         step = self.pipeline._name(name, "aggregate")
         where = user_location()
-        _check_not_aggregated(self, step, where)
         checked = _check_aggs(self, step, where, aggs, self.keys)
         schema = _aggregate_schema(self, checked)
-        return self._follow(RollingAggregateNode(step, (self.node.name,), where, schema, keys=self.keys,
-                                                 aggs=checked, ttl_ms=_ttl(ttl, step, where)))
+        return self._stage(RollingAggregateNode(step, (self.node.name,), where, schema, keys=self.keys,
+                                                aggs=checked, ttl_ms=_ttl(ttl, step, where)))
 
     def count(self, *, name: str | None = None, ttl: Any = None) -> Stream:
         return self.aggregate(name=name or self.pipeline._name(None, "count"), ttl=ttl, count=Agg("count"))
@@ -513,12 +522,12 @@ class KeyedStream(Stream):
         where = user_location()
         if not callable(fn):
             raise self._fail(step, where, f"reduce needs a function, got {fn!r}")
-        _check_not_aggregated(self, step, where)
+        check_stage(self.pipeline.plan, RollingAggregateNode(step, (self.node.name,), where, None))
         if self.node.schema is None or UNKNOWN in dict(self.node.schema).values():
             raise self._fail(step, where, "reduce needs a stream whose field types are known; declare them with a "
                                           "map(..., schema=...) before key_by")
-        return self._follow(RollingAggregateNode(step, (self.node.name,), where, self.node.schema, keys=self.keys,
-                                                 reduce_fn=fn, ttl_ms=_ttl(ttl, step, where)))
+        return self._stage(RollingAggregateNode(step, (self.node.name,), where, self.node.schema, keys=self.keys,
+                                                reduce_fn=fn, ttl_ms=_ttl(ttl, step, where)))
 
     def process(self, fn: KeyedProcessFunction, *, schema: Any, name: str | None = None) -> Stream:
         """Run ``fn``, a :class:`~headrace.KeyedProcessFunction` instance, on each key's records, with
@@ -530,9 +539,10 @@ class KeyedStream(Stream):
         if schema is None:
             raise step_error(step, where, "give the fields of the records the function emits: schema={'field': "
                                           "'type', ...}, a DDL string, a dataclass or a TypedDict")
-        _check_not_aggregated(self, step, where)
         output = schema_of(schema, f"step '{step}' ({where}) schema")
-        return self._follow(KeyedProcessNode(step, (self.node.name,), where, output, fn=fn))
+        # with event time, each emitted record has one (ctx.emit(record, timestamp=...))
+        timed = RESULT_TIME if self.node.event_time is not None else None
+        return self._stage(KeyedProcessNode(step, (self.node.name,), where, output, timed, fn=fn))
 
     def window(self, shape: WindowShape, *, trigger: Trigger | None = None, allowed_lateness: object = 0,
                accumulation: str = "accumulating", name: str | None = None) -> WindowedStream:
@@ -563,6 +573,9 @@ class WindowedStream:
                             "which needs event time: declare it, or give trigger=hr.CountTrigger(n)")
         if stream.node.event_time is None and not timeless and not isinstance(shape, Global):
             step = name or "window"
+            why = why_no_event_time(stream.pipeline.plan, stream.node.name)
+            if why:
+                raise step_error(step, where, f"the stream from {stream.node.name!r} has no event time: {why}")
             raise step_error(step, where, f"the stream from {stream.node.name!r} has no event time; declare it with "
                                           ".with_event_time('field', max_out_of_orderness) (or event_time= on the "
                                           "source) before windowing")
@@ -575,7 +588,6 @@ class WindowedStream:
         step = stream.pipeline._name(self.name, "window")
         if emit not in ("final", "updates"):
             raise step_error(step, self.where, f"emit must be 'final' or 'updates', got {emit!r}")
-        _check_not_aggregated(stream, step, self.where)
         checked = _check_aggs(stream, step, self.where, aggs, (*self.keys, "window_start", "window_end"))
         panes = isinstance(self.shape, (Count, Global)) or not self.emission.is_default()
         schema = _aggregate_schema(stream, checked, windowed=True, panes=panes)
@@ -614,7 +626,6 @@ class WindowedStream:
                                                    f"result; {type(fn).__name__} lacks {', '.join(missing)}")
         elif not callable(fn):
             raise step_error(step, self.where, f"{kind} needs a function, got {fn!r}")
-        _check_not_aggregated(stream, step, self.where)
         if kind == "reduce":
             if stream.node.schema is None or UNKNOWN in dict(stream.node.schema).values():
                 raise step_error(step, self.where, "reduce needs a stream whose field types are known")
@@ -629,6 +640,10 @@ class WindowedStream:
                                                 result_schema=results))
 
     def _finish(self, node: WindowAggregateNode) -> WindowResult:
+        by_count = isinstance(self.shape, (Count, Global)) or isinstance(self.emission.trigger, CountTrigger)
+        if self.stream.node.event_time is not None and not by_count:
+            node = dataclasses.replace(node, event_time=RESULT_TIME)  # each result at its window's end - 1 µs
+        check_stage(self.stream.pipeline.plan, node)
         return WindowResult(self.stream.pipeline, self.stream._add(node))
 
 
@@ -664,24 +679,6 @@ def _ttl(ttl: Any, step: str, where: str) -> int | None:
     if millis <= 0:
         raise step_error(step, where, f"ttl must be positive, got {ttl!r}")
     return millis
-
-
-def _check_not_aggregated(stream: Stream, step: str, where: str) -> None:
-    """Spark cannot aggregate an aggregate's output within one query (and the end-of-input
-    flush would never reach the second aggregate), so the plan refuses it."""
-    plan = stream.pipeline.plan
-    for name in (stream.node.name, *plan.upstream(stream.node.name)):
-        node = plan.nodes[name]
-        if not spec_of(node).stateful:
-            continue
-        if isinstance(node, KeyedProcessNode):
-            raise step_error(step, where, f"the stream comes from the process step {name!r} ({node.defined_at}); a "
-                                          "pipeline runs as one Spark query, and a process step's output cannot "
-                                          "feed another stateful step: sink it and continue in another pipeline")
-        raise step_error(step, where, f"the stream it aggregates comes from the aggregate step {name!r} "
-                                      f"({node.defined_at}); a pipeline runs as one Spark query, which cannot "
-                                      "aggregate an aggregate's output: sink that output and aggregate it in "
-                                      "another pipeline")
 
 
 def _check_aggs(stream: Stream, step: str, where: str, aggs: dict[str, Agg],

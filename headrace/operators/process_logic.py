@@ -24,6 +24,7 @@ from headrace.operators.keyed_state import Cells, KeyScope, sweep
 from headrace.process import EVENT_TIME, PROCESSING_TIME, Context, KeyedProcessFunction, Timer
 from headrace.state import NEVER, StateUsageError
 
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _repr = reprlib.Repr()
 _repr.maxstring, _repr.maxother = 80, 80
 
@@ -52,8 +53,9 @@ class ProcessLogic:
     """Runs a keyed process function over one instance's state."""
 
     def __init__(self, step: str, fn: KeyedProcessFunction, output: tuple[tuple[str, str], ...],
-                 has_event_time: bool, label: str) -> None:
+                 has_event_time: bool, label: str, timed: bool = False) -> None:
         self.step, self.fn, self.output, self.label = step, fn, output, label
+        self.timed = timed  # each output row ends with its event time (a UTC datetime)
         self.fields = [name for name, _ in output]
         self.field_set = set(self.fields)
         self.has_event_time = has_event_time
@@ -88,8 +90,12 @@ class ProcessLogic:
         return self.out
 
     # -- what the Context calls (headrace.process.Engine) -----------------------------------------
-    def emit(self, record: Any) -> None:
-        self.out.append(self.check_output(record))
+    def emit(self, record: Any, timestamp: int | None = None) -> None:
+        row = self.check_output(record)
+        if self.timed:
+            when = self.ctx.timestamp if timestamp is None else timestamp
+            row = (*row, None if when is None else EPOCH + datetime.timedelta(milliseconds=when))
+        self.out.append(row)
 
     def add_timer(self, key: Any, domain: str, time: int) -> None:
         state = self.state

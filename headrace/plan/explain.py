@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from headrace.plan.graph import Plan
 from headrace.spark.real_time import REAL_TIME, REAL_TIME_BATCH, obstacles
-from headrace.spark.specs import lowering_of, output_mode, trigger_interval
+from headrace.spark.specs import lowering_of, output_mode, spec_of, trigger_interval
+from headrace.spark.stages import watermark_origin
 
 
 def explain_text(plan: Plan) -> str:
@@ -22,6 +23,8 @@ def explain_text(plan: Plan) -> str:
         arrow = f" <- {', '.join(node.inputs)}" if node.inputs else ""
         lines.append(f"  {node.name.ljust(width)}  {node.summary()}{arrow}")
         lines.append(f"  {' ' * width}    lowered as: {lowering[node.name]}   [{node.defined_at}]")
+        if spec_of(node).stateful:
+            lines.append(f"  {' ' * width}    watermark: {watermark_origin(plan, node)}")
     return "\n".join(lines)
 
 

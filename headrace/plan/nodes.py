@@ -23,6 +23,11 @@ from headrace.schema import Schema
 from headrace.triggers import Emission
 from headrace.windows import WindowShape
 
+# The event time of a stateful step's results (a window's end − 1 µs, a process step's emit
+# time), in a column no schema shows: it lets the results feed a later stateful step, and is
+# dropped before Python steps and sinks (headrace/plan/stages.py).
+RESULT_TIME = "_hr_event_time"
+
 
 @dataclass(frozen=True)
 class Node:

@@ -19,7 +19,9 @@ that stored plan with the new one (:func:`compare`, a pure function over two pla
   re-keyed (other key fields, or key types); another window shape, event time field,
   emission (``emit``, trigger, allowed lateness, accumulation), window function kind,
   aggregates, late side output (it moves a window from Spark's native operator to a
-  stateful processor), or layout of what the state keeps (the output fields of
+  stateful processor), the stateful steps whose results it reads (Spark numbers its
+  state operators in the order they meet, so a reordered chain would read another's state),
+  or layout of what the state keeps (the output fields of
   aggregates and reduces, the input records of reduce and process windows, a process
   step's declared state); a source removed, renamed or added, of another type, with
   another :meth:`~headrace.connectors.base.SourceConnector.offset_identity`, or switched
@@ -49,7 +51,8 @@ from headrace.errors import IncompatibleCheckpoint
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode, SourceNode, WindowAggregateNode
 from headrace.runtime.checkpoints import has_batches, read_plan, write_plan
-from headrace.spark.specs import STATEFUL_KINDS, native_sink_format
+from headrace.spark.specs import STATEFUL_KINDS, native_sink_format, spec_of
+from headrace.spark.stages import earlier_stateful
 from headrace.spark.windows import window_needs_processor
 
 RECORD_FORMAT = 1
@@ -73,7 +76,9 @@ def plan_record(plan: Plan) -> dict[str, Any]:
         elif isinstance(node, WindowAggregateNode):
             node_json["operator"] = ("stateful processor" if window_needs_processor(plan, node)
                                      else "Spark's window operator")
-        elif isinstance(node, SinkNode):
+        if spec_of(node).stateful:  # Spark numbers its state operators in the order they meet
+            node_json["after"] = sorted(n.name for i in node.inputs for n in earlier_stateful(plan, i))
+        if isinstance(node, SinkNode):
             # "noop" writes nothing, so it has no commits to continue
             native = native_sink_format(plan, node)
             writer = f"Spark's {native} writer" if native else "per-batch commits"
@@ -351,6 +356,8 @@ def _compare_stateful(old: dict[str, Any], new: dict[str, Any], old_plan: _Nodes
         for key in old.get("keys") or []:
             if key in old_types and key in new_types:
                 check(f"type of key field {key!r}", old_types[key], new_types[key])
+    # earlier versions refused a stateful step after another, so a record without it has none
+    check("stateful steps it reads the results of", _names(old.get("after") or []), _names(new.get("after") or []))
     kind = new.get("kind")
     allowed: list[Change] = []
     if kind == old.get("kind") == "window_aggregate":

@@ -44,6 +44,8 @@ _NO_DATA_SOURCE = re.compile(r"Failed to find the data source: (\S+?)\.?\s")
 _NO_CLASS = re.compile(r"(?:ClassNotFoundException|NoClassDefFoundError): ([\w.$/]+)")
 _HEADLINE = re.compile(r"^(?:Caused by: )?((?:[a-z_]\w*\.)+[A-Z]\w*(?:Exception|Error)\b.*"  # java.io.EOFException
                        r"|[A-Z]\w*(?:Exception|Error): .*)$")  # ValueError: ...
+OLDER_THAN_WATERMARK = "EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED"
+_OLDER = re.compile(r"eventTime=(\d+) which is older than current_watermark_value=(\d+)")
 _STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\].*?terminated with exception:\s*")
 
 
@@ -79,6 +81,8 @@ def classify(plan: Plan, exc: BaseException, java: Any = None) -> Failure:
 
 
 def _classify(plan: Plan, text: str) -> Failure:
+    if OLDER_THAN_WATERMARK in text:  # before raised_inside: a sink's write is where Spark noticed it
+        return Failure(PipelineFailed(_older_than_watermark(plan, text)), restartable=False)
     inner = raised_inside(text)
     if inner is not None:  # a user function, a source or a sink said what went wrong (the record aside)
         return Failure(inner, restartable=bool(_CONNECTION_LOST.search(str(inner).split(" (record: ")[0])))
@@ -100,6 +104,18 @@ def _classify(plan: Plan, text: str) -> Failure:
         return Failure(PipelineFailed(f"pipeline {plan.name!r} lost a connection: {root_cause(text)}"),
                        restartable=True)
     return Failure(PipelineFailed(f"pipeline {plan.name!r} failed: {root_cause(text)}"), restartable=False)
+
+
+def _older_than_watermark(plan: Plan, text: str) -> str:
+    """A stateful step handed a later one a result at or behind the watermark (headrace/spark/stages.py)."""
+    from headrace.spark.stages import result_time_needed  # the runtime's failures need Spark only here
+
+    steps = [n for n in plan.nodes.values() if result_time_needed(plan, n)]
+    found = _OLDER.search(text)
+    when = (f" (event time {int(found.group(1)) // 1000} ms, watermark {found.group(2)} ms)" if found else "")
+    return (f"{_who(plan, steps)}: a result was emitted at an event time at or behind the watermark{when}, and "
+            "Spark refuses to hand such a row to a later stateful step; a process step must emit with "
+            "timestamp= later than ctx.watermark (e.g. max(ctx.timestamp, ctx.watermark + 1))")
 
 
 def _missing_class(plan: Plan, text: str) -> str | None:

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import EventTimeNode, Node, PythonStep, SourceNode, WindowAggregateNode
 from headrace.spark.specs import check_plan, has_operators, output_mode, python_chains, shared_root, spec_of
+from headrace.spark.stages import result_time_needed
 from headrace.spark.stateful import uses_test_clock
 from headrace.spark.stateless import good_rows, with_watermark
 from headrace.spark.windows import window_needs_processor, window_panes
@@ -67,6 +68,11 @@ class Lowering:
             node = self.plan.nodes[name]
             self.frames[name] = spec_of(node).lower(node, self)
         return self.frames[name]
+
+    def result_time(self, node: Node) -> bool:
+        """Whether the stateful step ``node``'s results carry their event time (``RESULT_TIME``)
+        for a later stateful step (``headrace/spark/stages.py``)."""
+        return result_time_needed(self.plan, node)
 
     def needs_control(self, source: str) -> bool:
         """Whether control rows of ``source`` must travel on: some event-time step reads it."""
@@ -161,12 +167,13 @@ class Lowering:
         return window and not redeclared
 
     def watermark_delay(self, name: str) -> int | None:
-        """The delay of the nearest event-time declaration upstream of ``name``."""
+        """The delay of the nearest event-time declaration upstream of ``name``; None below a
+        stateful step, whose results carry Spark's watermark on (``headrace/spark/stages.py``)."""
         node = self.plan.nodes[name]
         while True:
             if isinstance(node, EventTimeNode):
                 return node.delay_ms
-            if not node.inputs:
+            if not node.inputs or spec_of(node).stateful:
                 return None
             node = self.plan.nodes[node.inputs[0]]
 

@@ -25,7 +25,7 @@ from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.lazy_modules import LazyModule
 from headrace.operators.process_logic import ProcessLogic, ProcessState, to_watermark
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import KeyedProcessNode
+from headrace.plan.nodes import RESULT_TIME, KeyedProcessNode
 from headrace.process import EVENT_TIME, declared_state
 from headrace.schema import to_ddl
 from headrace.spark.stateful import (
@@ -63,7 +63,9 @@ class KeyedProcessDriver(StatefulProcessor):
         self.logic, self.keys, self.value_fields, self.event_time = logic, keys, value_fields, event_time
         self.integers, self.test_clock, self.ttl_ms = integers, test_clock, ttl_ms
         self.columns = pd.Index(columns)
-        self.timestamps = [f for f, kind in logic.output if kind == "timestamp"]
+        timed = [RESULT_TIME] if logic.timed else []  # the event time of each record, last
+        self.timestamps = [f for f, kind in logic.output if kind == "timestamp"] + timed
+        self.fields = logic.fields + timed
 
     def init(self, handle: Any) -> None:
         self.cell = KeyCell(handle, "process_state", self.ttl_ms)
@@ -99,7 +101,7 @@ class KeyedProcessDriver(StatefulProcessor):
         upcoming = self.logic.next_timer(state, EVENT_TIME) if self.event_time else None
         forget = not state.cells and not state.timers and not self.test_clock
         self.cell.save(None if forget else state, upcoming)
-        return output_frame(rows, self.logic.fields, self.timestamps) if rows else None
+        return output_frame(rows, self.fields, self.timestamps) if rows else None
 
     def close(self) -> None:
         pass
@@ -124,16 +126,19 @@ def lower_process(node: KeyedProcessNode, lowering: Lowering) -> DataFrame:
     keys, event_time = list(keyed.keys or ()), keyed.event_time
     prepared = prepare_input(df, keys, event_time, clock_keys(plan, keys))
     prepared = prepared.withColumn(NOW, F.unix_millis(F.current_timestamp()))  # the batch's, kept on replay
-    hidden = {CONTROL_COLUMN, TIME, NOW, SEQUENCE, GROUP}
+    hidden = {CONTROL_COLUMN, TIME, NOW, SEQUENCE, GROUP, RESULT_TIME}
     value_fields = [c for c in prepared.columns if c not in hidden]
     integers = integer_fields(prepared, value_fields)
     prepared = exact_integers(prepared, integers)
     label = function_label(type(node.fn).process)
-    logic = ProcessLogic(node.name, node.fn, node.schema, event_time is not None, label)
+    timed = lowering.result_time(node)  # a later stateful step reads the records with their event time
+    logic = ProcessLogic(node.name, node.fn, node.schema, event_time is not None, label, timed)
     test_clock = uses_test_clock(plan)
     ttl_ms = spark_ttl(plan, node)
     driver = KeyedProcessDriver(logic, keys, value_fields, integers, event_time, prepared.columns, test_clock,
                                 ttl_ms)
     time_mode = "EventTime" if event_time else "ProcessingTime" if ttl_ms is not None else "None"
+    output = to_ddl(node.schema) + (f", {RESULT_TIME} timestamp" if timed else "")
     return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
-        statefulProcessor=driver, outputStructType=to_ddl(node.schema), outputMode="Append", timeMode=time_mode)
+        statefulProcessor=driver, outputStructType=output, outputMode="Append", timeMode=time_mode,
+        eventTimeColumnName=RESULT_TIME if timed else "")

@@ -32,6 +32,10 @@ def _never(*node: Any) -> bool:
     return False
 
 
+def _nothing(node: Any) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     lower: Callable[[Any, Any], Any]  # (node, the compilation) -> the node's DataFrame
@@ -49,6 +53,10 @@ class NodeSpec:
     batch_only: bool = False
     # the spec of a node whose kind alone does not decide it (an SQL step: its query's shape)
     variant: Callable[[Any], NodeSpec] | None = None
+    # why its results cannot feed a later stateful step in the same query (None: they can)
+    feeds_stage: Callable[[Any], str | None] = _nothing
+    # why it cannot read the results of an earlier stateful step in the same query (None: it can)
+    follows_stage: Callable[[Any], str | None] = _nothing
 
     def describe(self, plan: Plan, node: Node) -> str:
         return self.lowered_as if isinstance(self.lowered_as, str) else self.lowered_as(plan, node)
@@ -130,6 +138,31 @@ def _rolling_lowered_as(plan: Plan, node: Any) -> str:
     return "stateful processor (applyInPandasWithState), update mode"
 
 
+# Spark runs stateful operators one after another in one query only in append mode (its
+# checker refuses a chain in update mode: an update of a result cannot be taken back downstream).
+UPDATES = ("emits updates (Spark's update mode), and Spark runs stateful steps one after another in one query "
+           "only in append mode")
+NO_SQL_TIME = ("is an SQL query, and headrace carries the event time of results into and out of fluent steps "
+               "only (an SQL query names no column for it)")
+
+
+def _window_feeds(node: Any) -> str | None:
+    if node.emit == "updates":
+        return f"{UPDATES} (use emit='final')"
+    if node.emission.allowed_lateness_ms:
+        return ("has allowed lateness: its late panes come after the watermark passed their window, and Spark "
+                "refuses to hand a later stateful step rows older than the watermark")
+    return None
+
+
+def _window_follows(node: Any) -> str | None:
+    return f"{UPDATES} (use emit='final')" if node.emit == "updates" else None
+
+
+def _rolling_follows(node: Any) -> str | None:
+    return f"is a rolling aggregate, which {UPDATES}; use a window with emit='final'"
+
+
 SPECS: dict[str, NodeSpec] = {
     "source": NodeSpec(stateless.lower_source, lambda plan, node: node.connector.lowered_as),
     "table": NodeSpec(stateless.lower_table, "static DataFrame (broadcast)"),
@@ -141,10 +174,12 @@ SPECS: dict[str, NodeSpec] = {
     "rolling_aggregate": NodeSpec(lower_rolling, _rolling_lowered_as, stateful=True,
                                   output_mode=lambda node: "update",
                                   runs_alone=_folds_in_python,
-                                  processing_time=lambda plan, node: node.ttl_ms is not None),
+                                  processing_time=lambda plan, node: node.ttl_ms is not None,
+                                  feeds_stage=lambda node: UPDATES, follows_stage=_rolling_follows),
     "window_aggregate": NodeSpec(lower_window, window_lowered_as, stateful=True,
                                  output_mode=lambda node: "append" if node.emit == "final" else "update",
-                                 reads_watermark=True),
+                                 reads_watermark=True, feeds_stage=_window_feeds,
+                                 follows_stage=_window_follows),
     "late_records": NodeSpec(lower_late_records, "the window processor's late side output", per_batch=True),
     "keyed_process": NodeSpec(lower_process, _process_lowered_as, stateful=True,
                               output_mode=lambda node: "append", reads_watermark=True, reads_control=True,
@@ -163,7 +198,9 @@ SPECS: dict[str, NodeSpec] = {
 SQL_SPECS: dict[str, NodeSpec] = {
     shape: NodeSpec(lower_sql, sql_lowered_as, per_batch=mode is None, stateful=mode is not None,
                     output_mode=lambda node: SQL_OUTPUT_MODES[node.shape],
-                    reads_watermark=shape == "windowed aggregate")
+                    reads_watermark=shape == "windowed aggregate",
+                    feeds_stage=lambda node: UPDATES if SQL_OUTPUT_MODES[node.shape] == "update" else NO_SQL_TIME,
+                    follows_stage=lambda node: NO_SQL_TIME)
     for shape, mode in SQL_OUTPUT_MODES.items()}
 STATEFUL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.stateful)
 
@@ -271,11 +308,15 @@ def _check_operators(plan: Plan) -> None:
 
 
 def check_plan(plan: Plan) -> None:
-    """The plan's own checks, then those of running it as one Spark query: one output mode,
-    and an operator that runs alone shares the query with no other stateful step."""
+    """The plan's own checks, then those of running it as one Spark query: stateful steps that
+    read others' results as Spark can chain them, one output mode, and an operator that runs
+    alone shares the query with no other stateful step."""
+    from headrace.spark.stages import check_stages  # it reads these specs
+
     plan.validate()
     check_real_time(plan)
     _check_operators(plan)
+    check_stages(plan)
     stateful = [n for n in plan.nodes.values() if spec_of(n).stateful]
     appending = [n for n in stateful if spec_of(n).output_mode(n) == "append"]
     updating = [n for n in stateful if spec_of(n).output_mode(n) == "update"]

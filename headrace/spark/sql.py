@@ -31,7 +31,7 @@ from headrace.errors import PlanError
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SqlNode
 from headrace.plan.sql_query import Position, Rewritten, query_error, restore_names, rewrite
-from headrace.spark.stateless import without_control
+from headrace.spark.stateless import without_control, without_result_time
 
 if TYPE_CHECKING:
     from headrace.spark.compiler import Lowering
@@ -61,7 +61,7 @@ def lower_sql(node: SqlNode, lowering: Lowering) -> DataFrame:
     views: dict[str, str] = {}  # input step -> its view
     control: DataFrame | None = None
     for index, name in enumerate(node.inputs):
-        df = lowering.input(node, index)
+        df = without_result_time(lowering.input(node, index))  # a query does not carry it
         if CONTROL_COLUMN in df.columns:
             control = df.filter(F.col(CONTROL_COLUMN).isNotNull()).select(CONTROL_COLUMN)
             df = without_control(df)

@@ -20,6 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from headrace.code_locations import function_label
 from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext
 from headrace.plan.nodes import (
+    RESULT_TIME,
     DeadLettersNode,
     EventTimeNode,
     JoinNode,
@@ -50,6 +51,11 @@ def without_control(df: DataFrame) -> DataFrame:
     if CONTROL_COLUMN not in df.columns:
         return df
     return df.filter(is_data()).drop(CONTROL_COLUMN)
+
+
+def without_result_time(df: DataFrame) -> DataFrame:
+    """``df`` without the hidden event time of stateful results (``headrace/spark/stages.py``)."""
+    return df.drop(RESULT_TIME) if RESULT_TIME in df.columns else df
 
 
 def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
@@ -104,13 +110,13 @@ def lower_native(node: NativeStep, lowering: Lowering) -> DataFrame:
     columns = {name: to_column(e).alias(name) for name, e in node.exprs}
     if node.mode == "with_columns":
         return df.withColumns(columns)
-    selected = list(columns.values()) + ([F.col(CONTROL_COLUMN)] if has_control else [])
-    return df.select(*selected)
+    carried = [c for c in (CONTROL_COLUMN, RESULT_TIME) if c in df.columns]  # they go along unseen
+    return df.select(*columns.values(), *[F.col(c) for c in carried])
 
 
 def lower_python(node: PythonStep, lowering: Lowering) -> DataFrame:
     chain = [lowering.plan.nodes[name] for name in lowering.chains[node.name]]
-    df = lowering.input(chain[0])
+    df = without_result_time(lowering.input(chain[0]))
     has_control = CONTROL_COLUMN in df.columns
     schema = to_arrow_schema(df.drop(CONTROL_COLUMN).schema if has_control else df.schema, timezone="UTC")
     specs = []
@@ -197,4 +203,4 @@ def lower_dead_letters(node: DeadLettersNode, lowering: Lowering) -> DataFrame:
 
 
 def lower_sink(node: SinkNode, lowering: Lowering) -> DataFrame:
-    return without_control(lowering.input(node))
+    return without_result_time(without_control(lowering.input(node)))

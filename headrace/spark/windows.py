@@ -29,7 +29,7 @@ from headrace.lazy_modules import LazyModule
 from headrace.operators.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
 from headrace.operators.window_panes import Dropped, Fired, WindowLogic, WindowState
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import LateRecordsNode, WindowAggregateNode
+from headrace.plan.nodes import RESULT_TIME, LateRecordsNode, WindowAggregateNode
 from headrace.runtime.progress import LATE_METRIC_PREFIX
 from headrace.schema import TYPE_ALIASES
 from headrace.spark.expressions import aggregate_columns
@@ -88,12 +88,14 @@ class WindowProcessor(StatefulProcessor):
 
     def __init__(self, step: str, logic: WindowLogic, keys: list[str], value_fields: list[str],
                  integers: frozenset[str], result_fields: list[str], event_time: str | None, columns: list[str],
-                 test_clock: bool, late_columns: bool) -> None:
+                 test_clock: bool, late_columns: bool, timed: bool = False) -> None:
         self.step, self.logic, self.keys, self.event_time = step, logic, keys, event_time
         self.columns = pd.Index(columns)
         self.value_fields, self.integers, self.result_fields = value_fields, integers, result_fields
         self.test_clock = test_clock
-        self.output_columns = raw_columns(keys, result_fields, late_columns)
+        self.output_columns = raw_columns(keys, result_fields, late_columns) + ([RESULT_TIME] if timed else [])
+        self.timestamps = [c for c in self.output_columns if c in TIMESTAMP_COLUMNS or c == RESULT_TIME]
+        self.timed = timed
 
     def init(self, handle: Any) -> None:
         self.cell = KeyCell(handle, "window_state")
@@ -105,7 +107,8 @@ class WindowProcessor(StatefulProcessor):
             self.logic.on_clock(state, now, fired)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[pd.DataFrame]:
-        watermark = _watermark(timerValues.getCurrentWatermarkInMs())
+        self.raw_watermark = timerValues.getCurrentWatermarkInMs()  # a late record's row goes out at it
+        watermark = _watermark(self.raw_watermark)
         state = self.cell.load() or WindowState()
         fired: list[Fired] = []
         dropped: list[Dropped] = []
@@ -162,15 +165,19 @@ class WindowProcessor(StatefulProcessor):
                 row = dict(zip(self.keys, keys))
                 row.update(window_start=_timestamp(pane.start), window_end=_timestamp(pane.end),
                            pane_kind=pane.kind, pane_index=pane.pane, **{f: result.get(f) for f in self.result_fields})
+                if self.timed:  # the last instant of the window (Spark's window_time)
+                    row[RESULT_TIME] = _timestamp(pane.end) - pd.Timedelta(microseconds=1)
                 row[OUTPUT_KIND] = "pane"  # (no such column without late columns: then it goes unused)
                 rows.append(row)
         for late in dropped:  # always: the late records are counted, and kept if a late output is attached
-            rows.append({OUTPUT_KIND: "late", "late_step": self.step, "late_key": str(late.key),
+            # (a late record's row never reaches a later step; Spark wants its time past the watermark)
+            rows.append({OUTPUT_KIND: "late", RESULT_TIME: _timestamp(max(self.raw_watermark, 0) + 1),
+                         "late_step": self.step, "late_key": str(late.key),
                          "late_event_time": late.record.get(self.event_time) if self.event_time else None,
                          "late_window_start": _timestamp(late.window_start),
                          "late_window_end": _timestamp(late.window_end),
                          "late_record": json.dumps(late.record, default=str, sort_keys=True)})
-        return output_frame(rows, self.output_columns, [c for c in self.output_columns if c in TIMESTAMP_COLUMNS])
+        return output_frame(rows, self.output_columns, self.timestamps)
 
     def close(self) -> None:
         pass
@@ -200,12 +207,12 @@ def _logic(node: Any, value_fields: list[str]) -> WindowLogic:
     return WindowLogic(node.window, node.emission, function, updates=node.emit == "updates")
 
 
-def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan) -> DataFrame:
+def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed: bool) -> DataFrame:
     """The window step as a stateful processor; returns its raw output (panes and late records)."""
     keys = list(node.keys or ())
-    event_time = node.event_time or plan.nodes[node.inputs[0]].event_time
+    event_time = plan.nodes[node.inputs[0]].event_time
     prepared = prepare_input(df, keys, event_time, clock_keys(plan, keys))
-    hidden = {CONTROL_COLUMN, TIME, SEQUENCE, GROUP}
+    hidden = {CONTROL_COLUMN, TIME, SEQUENCE, GROUP, RESULT_TIME}
     value_fields = [c for c in prepared.columns if c not in hidden]
     types = dict(prepared.dtypes)
     late = any(c.kind == "late_records" for c in plan.consumers(node.name))
@@ -231,15 +238,17 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan) -> Da
     if late_columns:
         columns += [f"{OUTPUT_KIND} string", "late_step string", "late_key string", "late_event_time timestamp",
                     "late_window_start timestamp", "late_window_end timestamp", "late_record string"]
+    if timed:  # a later stateful step reads the results with their event time
+        columns.append(f"{RESULT_TIME} timestamp")
     integers = integer_fields(prepared, value_fields)
     prepared = exact_integers(prepared, integers)
     processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, integers,
                                 [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan),
-                                late_columns)
+                                late_columns, timed)
     return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=", ".join(columns),
         outputMode="Update" if node.emit == "updates" else "Append",
-        timeMode="EventTime" if event_time else "None")
+        timeMode="EventTime" if event_time else "None", eventTimeColumnName=RESULT_TIME if timed else "")
 
 
 def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
@@ -281,7 +290,7 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
     """The window step: Spark's native window aggregate where its semantics match, otherwise
     the stateful processor (whose raw output, panes and late records, the compilation keeps)."""
     if window_needs_processor(lowering.plan, node):
-        raw = _lower_processor(node, lowering.input(node), lowering.plan)
+        raw = _lower_processor(node, lowering.input(node), lowering.plan, lowering.result_time(node))
         if OUTPUT_KIND in raw.columns:
             late = F.count(F.when(F.col(OUTPUT_KIND) == "late", 1)).alias("late_dropped")
             raw = raw.observe(f"{LATE_METRIC_PREFIX}{node.name}", late)
@@ -289,7 +298,7 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
         return window_panes(raw, node.schema)
     df = without_control(lowering.input(node))
     shape = node.window.to_json()
-    event_time = F.col(f"`{node.event_time or lowering.plan.nodes[node.inputs[0]].event_time}`")
+    event_time = F.col(f"`{lowering.plan.nodes[node.inputs[0]].event_time}`")
     if shape["kind"] == "session":
         window = F.session_window(event_time, f"{shape['gap_ms']} milliseconds")
     else:
@@ -298,9 +307,11 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
                           f"{shape['offset_ms']} milliseconds")
     keys = [F.col(f"`{k}`") for k in node.keys or ()]
     grouped = df.groupBy(*keys, window.alias("_hr_window")).agg(*aggregate_columns(node.aggs))
+    # window_time keeps the watermark's mark on the column, so a later stateful step can read it
+    timed = [F.window_time("_hr_window").alias(RESULT_TIME)] if lowering.result_time(node) else []
     return grouped.select(*keys, F.col("_hr_window.start").alias("window_start"),
                           F.col("_hr_window.end").alias("window_end"),
-                          *[F.col(f"`{name}`") for name, _ in node.aggs])
+                          *[F.col(f"`{name}`") for name, _ in node.aggs], *timed)
 
 
 def lower_late_records(node: LateRecordsNode, lowering: Lowering) -> DataFrame:
@@ -313,7 +324,10 @@ def window_panes(raw: DataFrame, schema: Any) -> DataFrame:
     panes = raw
     if OUTPUT_KIND in raw.columns:  # see raw_columns
         panes = raw.filter(F.col(OUTPUT_KIND) == "pane").drop(OUTPUT_KIND, *LATE_COLUMNS)
-    return panes.select(*[F.col(f"`{name}`") for name, _ in schema]) if schema else panes
+    if not schema:
+        return panes
+    timed = [F.col(RESULT_TIME)] if RESULT_TIME in panes.columns else []
+    return panes.select(*[F.col(f"`{name}`") for name, _ in schema], *timed)
 
 
 def window_late_records(raw: DataFrame) -> DataFrame:

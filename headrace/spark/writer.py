@@ -22,7 +22,7 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
 from headrace.runtime.checkpoints import query_id
 from headrace.runtime.failures import python_worker_crashed
-from headrace.spark import real_time
+from headrace.spark import real_time, stages
 from headrace.spark.compiler import Compiled, Lowering
 from headrace.spark.real_time import REAL_TIME
 from headrace.spark.specs import has_operators, native_sink_format, shared_root, trigger_interval
@@ -57,6 +57,8 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     native = native_sink_format(plan, sinks[0])
     if native:
         stream = sinks[0].connector.native_frame(stream)
+    # the query runs on a copy of the session's settings taken when it starts
+    stream.sparkSession.conf.set(stages.EXCHANGE_REUSE, "false" if stages.chained(plan) else "true")
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
               .outputMode(compiled.output_mode))
     if plan.trigger == REAL_TIME:

@@ -1,0 +1,180 @@
+"""Several stateful steps in one Spark query: a step that reads another's results.
+
+Spark 4 runs a chain of stateful operators in one query in append mode, each with its own
+watermark: an operator's input watermark is the output watermark of the operators before it,
+and it accepts rows that were on time for the previous micro-batch's watermark, so results
+emitted when the watermark passed them still reach the next operator. headrace gives each
+stateful step's results an event time in a hidden column (``RESULT_TIME``): a window's result
+is at its window's end − 1 µs (Spark's ``window_time``: the last instant inside the window, so
+a later window of an equal or larger aligned size puts it in the window that contains the
+one it closes), a process step's record at the time it is emitted with.
+
+What each kind allows is declared in its spec (``feeds_stage``, ``follows_stage``); this module
+finds the steps that meet, refuses what Spark cannot run with the reason, says where each
+stateful step's watermark comes from, and tells the lowering which results need the column.
+"""
+
+from __future__ import annotations
+
+from headrace.errors import step_error
+from headrace.plan.graph import Plan
+from headrace.plan.nodes import RESULT_TIME, EventTimeNode, Node
+from headrace.spark.specs import spec_of
+
+ELSEWHERE = "sink those results and continue in another pipeline"
+
+
+def label(node: Node) -> str:
+    """How a message names a stateful step: ``window 'per_minute'``."""
+    kind = {"window_aggregate": "window", "rolling_aggregate": "rolling aggregate", "keyed_process": "process step",
+            "sql": "SQL step"}.get(node.kind, node.kind.replace("_", " "))
+    return f"{kind} {node.name!r}"
+
+
+def earlier_stateful(plan: Plan, name: str) -> list[Node]:
+    """The nearest stateful steps at or above ``name`` (none of them below another)."""
+    found: list[Node] = []
+    todo, seen = [name], set()
+    while todo:
+        current = plan.nodes[todo.pop()]
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        if spec_of(current).stateful:
+            found.append(current)
+        else:
+            todo.extend(current.inputs)
+    return found
+
+
+def check_stage(plan: Plan, node: Node) -> None:
+    """Refuse the stateful step ``node`` (its inputs in ``plan``, itself maybe not yet) when it
+    reads the results of another stateful step in a way Spark cannot run in one query."""
+    if not spec_of(node).stateful:
+        return
+    for name in node.inputs:
+        for earlier in earlier_stateful(plan, name):
+            what = f"it reads the results of {label(earlier)} ({earlier.defined_at}), "
+            again = _declared_between(plan, name, earlier.name)
+            if again is not None:
+                raise step_error(node.name, node.defined_at, f"{what}through the event-time declaration "
+                                 f"{again.name!r} ({again.defined_at}): a watermark declared again after a stateful "
+                                 "step holds back the steps after it (on Spark 4.2 the later window emitted nothing); "
+                                 "the results already carry their event time (a window's end - 1 µs), so drop "
+                                 "with_event_time there")
+            reason = spec_of(earlier).feeds_stage(earlier)
+            if reason:
+                raise step_error(node.name, node.defined_at, f"{what}which {reason}; {ELSEWHERE}")
+            reason = spec_of(node).follows_stage(node)
+            if reason:
+                raise step_error(node.name, node.defined_at, f"{what}and this step {reason}; {ELSEWHERE}")
+
+
+def chained(plan: Plan) -> bool:
+    """Whether some stateful step reads the results of another."""
+    return any(spec_of(node).stateful and any(earlier_stateful(plan, name) for name in node.inputs)
+               for node in plan.nodes.values())
+
+
+# Spark's exchange reuse merges the identical shuffles of a stateful step that the query plans
+# twice (its results go to a sink and to a later stateful step: the branches are packed into
+# one stream, see writer.py); with several stateful operators the second copy then lost its
+# rows (measured on Spark 4.2: the later window saw nothing). Chained pipelines run without it.
+EXCHANGE_REUSE = "spark.sql.exchange.reuse"
+
+
+def _declared_between(plan: Plan, name: str, earlier: str) -> Node | None:
+    """An event-time declaration on a path from the stateful step ``earlier`` down to ``name``."""
+    todo, seen = [name], set()
+    while todo:
+        current = plan.nodes[todo.pop()]
+        if current.name in seen or current.name == earlier:
+            continue
+        seen.add(current.name)
+        if isinstance(current, EventTimeNode) and (earlier in plan.upstream(current.name)):
+            return current
+        if not spec_of(current).stateful:
+            todo.extend(current.inputs)
+    return None
+
+
+def check_stages(plan: Plan) -> None:
+    """``check_stage`` for every stateful step of the plan (a front door may skip the early check)."""
+    for node in plan.nodes.values():
+        check_stage(plan, node)
+
+
+def why_no_event_time(plan: Plan, name: str) -> str | None:
+    """When the stream out of ``name`` has no event time because of an earlier stateful step,
+    why (for the refusal of a step that needs it); None otherwise."""
+    todo, seen = [name], set()
+    while todo:
+        current = plan.nodes[todo.pop()]
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        if spec_of(current).stateful:
+            if current.event_time is None:
+                return (f"the results of {label(current)} ({current.defined_at}) carry no event time: "
+                        f"{_timeless(plan, current)}")
+            return None
+        parent = plan.nodes[current.inputs[0]] if current.inputs else None
+        if parent is not None and parent.event_time == RESULT_TIME and current.event_time is None:
+            return (f"step {current.name!r} ({current.defined_at}) drops the event time of the results of "
+                    f"{label(earlier_stateful(plan, parent.name)[0])}: Spark cannot follow a watermark through a "
+                    "Python step; between two stateful steps use column expressions (filter(hr.col(...)), "
+                    "select, with_columns, key_by fields), or move the Python step before the first one")
+        todo.extend(current.inputs)
+    return None
+
+
+def _timeless(plan: Plan, node: Node) -> str:
+    reason = spec_of(node).feeds_stage(node)
+    if reason and node.kind == "sql":
+        return f"it {reason}"
+    if node.kind == "window_aggregate":
+        return "its panes fire by count, not by the watermark"
+    if node.kind == "keyed_process":
+        return "its input has no event time"
+    return "it has no event time"
+
+
+def result_time_needed(plan: Plan, node: Node) -> bool:
+    """Whether the results of the stateful step ``node`` must carry ``RESULT_TIME``: a later
+    stateful step reads them with their event time."""
+    if node.event_time != RESULT_TIME or not spec_of(node).stateful:
+        return False
+    todo, seen = [c.name for c in plan.consumers(node.name)], set()
+    while todo:
+        current = plan.nodes[todo.pop()]
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        if spec_of(current).stateful:
+            if any(plan.nodes[i].event_time == RESULT_TIME for i in current.inputs):
+                return True
+            continue
+        todo.extend(c.name for c in plan.consumers(current.name))
+    return False
+
+
+def watermark_origin(plan: Plan, node: Node) -> str:
+    """Where the watermark of the stateful step ``node`` comes from, for ``explain``."""
+    declared: list[str] = []
+    carried: list[str] = []
+    todo, seen = list(node.inputs), set()
+    while todo:
+        current = plan.nodes[todo.pop()]
+        if current.name in seen or current.event_time is None:
+            continue
+        seen.add(current.name)
+        if spec_of(current).stateful:
+            when = "its window's end - 1 µs" if current.kind == "window_aggregate" else "the time it was emitted with"
+            carried.append(f"the results of {label(current)} (Spark's watermark after it; each result at {when})")
+        elif isinstance(current, EventTimeNode):
+            declared.append(f"the event-time declaration {current.name!r} (field {current.event_time!r}, max "
+                            f"out-of-orderness {current.delay_ms} ms)")
+        else:
+            todo.extend(current.inputs)
+    found = carried + declared
+    return " and ".join(found) if found else "none (the stream has no event time)"

@@ -1,0 +1,268 @@
+"""Several stateful steps in one pipeline (one Spark query): a window's results feed another
+window, a process step feeds a window, with each step's watermark; what Spark cannot chain is
+refused as the pipeline is built. See docs/windows.md ("Windows of windows")."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+import headrace as hr
+from headrace.operators.process_logic import ProcessLogic, ProcessState
+from headrace.runtime.compatibility import compare, plan_record
+from headrace.runtime.failures import classify
+from headrace.runtime.runner import PipelineRun
+from headrace.testing import TestSink, TestSource, run_to_completion
+
+S = 1_000
+SCHEMA = {"user": "string", "ts": "long"}
+# Batches of one-minute counts per user, then five-minute sums and maxima of those counts.
+EVENTS = [
+    [{"user": "a", "ts": 10 * S}, {"user": "a", "ts": 20 * S}, {"user": "b", "ts": 70 * S},
+     {"user": "a", "ts": 130 * S}],                                              # watermark -> 130 s
+    [{"user": "a", "ts": 250 * S}, {"user": "b", "ts": 290 * S}, {"user": "a", "ts": 310 * S}],  # -> 310 s
+    [{"user": "a", "ts": 100 * S}],                                              # late for minute [60, 120)
+]
+# (user, start s, end s, count), by hand from EVENTS
+MINUTES = [("a", 0, 60, 2), ("a", 120, 180, 1), ("a", 240, 300, 1), ("a", 300, 360, 1),
+           ("b", 60, 120, 1), ("b", 240, 300, 1)]
+# (user, start s, end s, total, top): the minutes above, by the five minutes their end - 1 µs is in
+FIVES = [("a", 0, 300, 4, 2), ("a", 300, 600, 1, 1), ("b", 0, 300, 2, 1)]
+
+
+def seconds(value: datetime.datetime) -> int:
+    return int(value.timestamp())
+
+
+def minute_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted((r["user"], seconds(r["window_start"]), seconds(r["window_end"]), r["count"]) for r in rows)
+
+
+def five_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted((r["user"], seconds(r["window_start"]), seconds(r["window_end"]), r["total"], r["top"])
+                  for r in rows)
+
+
+def two_stages(name: str) -> tuple[hr.Pipeline, TestSink, TestSink]:
+    p = hr.Pipeline(name)
+    events = p.source("events", TestSource(EVENTS, schema=SCHEMA), event_time="ts")
+    minutes = events.key_by("user").window(hr.Tumbling("1m"), name="per_minute").count()
+    fives = (minutes.filter(hr.col("count") > 0).key_by("user")
+             .window(hr.Tumbling("5m"), name="per_five").aggregate(total=hr.sum("count"), top=hr.max("count")))
+    minute_sink, five_sink = TestSink(), TestSink()
+    minutes.sink("minutes", minute_sink)
+    fives.sink("fives", five_sink)
+    return p, minute_sink, five_sink
+
+
+def test_windows_of_windows_and_the_second_watermark(spark, tmp_path):
+    p, minute_sink, five_sink = two_stages("stages_windows")
+    seen: list[tuple[int, int]] = []  # (minute rows, five-minute rows) after each input step settles
+    run_to_completion(p, state_dir=str(tmp_path),
+                      on_step=lambda run: seen.append((len(minute_sink.rows()), len(five_sink.rows()))))
+    assert minute_rows(minute_sink.rows()) == MINUTES
+    assert five_rows(five_sink.rows()) == FIVES
+    # The watermark at 130 s closed two minutes and held every five minutes back; at 310 s the
+    # first five minutes closed in the same micro-batch as the minutes in them.
+    assert seen[0] == (2, 0)
+    assert seen[1] == (5, 2)
+    assert set(minute_sink.rows()[0]) == {"user", "window_start", "window_end", "count"}  # no hidden column
+
+
+class Running(hr.KeyedProcessFunction):
+    """The running total of a user's minute counts, one record per minute result (at its time)."""
+
+    total = hr.ValueState(default=0)
+
+    def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
+        self.total.set(self.total.get() + record["count"])
+        ctx.emit({"user": ctx.key, "running": self.total.get()})
+
+
+def test_a_processor_window_then_a_process_step_then_a_window(spark, tmp_path):
+    p = hr.Pipeline("stages_process")
+    events = p.source("events", TestSource(EVENTS, schema=SCHEMA), event_time="ts")
+    minutes = (events.key_by("user")  # an early trigger: the window runs on the stateful processor
+               .window(hr.Tumbling("1m"), trigger=hr.AfterWatermark(early=hr.EveryN(100)), name="per_minute")
+               .count())
+    running = minutes.key_by("user").process(Running(), schema={"user": "string", "running": "long"},
+                                             name="running")
+    peaks = running.key_by("user").window(hr.Tumbling("5m"), name="peaks").aggregate(peak=hr.max("running"))
+    sink = TestSink()
+    peaks.sink("peak_rows", sink)
+    assert "lowered as: stateful processor" in p.explain()
+    run_to_completion(p, state_dir=str(tmp_path))
+    # running totals: a 2, 3, 4 in [0, 5m) and 5 in [5m, 10m); b 1, 2 in [0, 5m)
+    got = sorted((r["user"], seconds(r["window_start"]), r["peak"]) for r in sink.rows())
+    assert got == [("a", 0, 4), ("a", 300, 5), ("b", 0, 2)]
+
+
+class Shifted(hr.KeyedProcessFunction):
+    """Each purchase, emitted at its event time plus 50 s."""
+
+    def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
+        assert ctx.timestamp is not None
+        ctx.emit({"user": ctx.key, "amount": record["amount"]}, timestamp=ctx.timestamp + 50 * S)
+
+
+def test_a_process_step_emitting_with_timestamps_then_a_join_then_a_window(spark, tmp_path):
+    p = hr.Pipeline("stages_timestamps")
+    purchases = [[{"user": "a", "amount": 5, "ts": 5 * S}, {"user": "b", "amount": 7, "ts": 20 * S}],
+                 [{"user": "a", "amount": 1, "ts": 65 * S}]]
+    teams = p.table("teams", [{"user": "a", "team": "red"}, {"user": "b", "team": "red"}])
+    shifted = (p.source("purchases", TestSource(purchases, schema={"user": "string", "amount": "long", "ts": "long"}),
+                        event_time="ts")
+               .key_by("user").process(Shifted(), schema={"user": "string", "amount": "long"}, name="shifted"))
+    totals = (shifted.join(teams, on="user").key_by("team")
+              .window(hr.Tumbling("1m"), name="per_team").aggregate(total=hr.sum("amount")))
+    sink = TestSink()
+    totals.sink("totals", sink)
+    run_to_completion(p, state_dir=str(tmp_path))
+    # at 55 s, 70 s and 115 s: b's purchase moved into the second minute, a's second stayed there
+    got = sorted((r["team"], seconds(r["window_start"]), r["total"]) for r in sink.rows())
+    assert got == [("red", 0, 5), ("red", 60, 8)]
+
+
+def test_a_chain_restarts_from_its_checkpoint_with_the_same_output(spark, tmp_path):
+    state = str(tmp_path / "state")
+    first, minutes, fives = two_stages("stages_restart")
+    run = PipelineRun(first, state_dir=state, progress="quiet").start()
+    run.wait(until_exhausted=True, on_settled=lambda r: r.request_stop("test"))  # after the first step
+    assert not run.exhausted()
+    assert five_rows(fives.rows()) == []
+    second, minutes_after, fives_after = two_stages("stages_restart")
+    minutes_after.batches.update(minutes.batches)  # the same sinks, across the restart
+    fives_after.batches.update(fives.batches)
+    PipelineRun(second, state_dir=state, progress="quiet").start().wait(until_exhausted=True)
+    assert minute_rows(minutes_after.rows()) == MINUTES
+    assert five_rows(fives_after.rows()) == FIVES
+
+
+# -- explain and what the plan refuses --------------------------------------------------------------
+
+def test_explain_says_where_each_watermark_comes_from():
+    p, _, _ = two_stages("stages_explain")
+    lines = p.explain().splitlines()
+    marks = [line.strip() for line in lines if line.strip().startswith("watermark:")]
+    assert marks == [
+        "watermark: the event-time declaration 'events_event_time' (field 'ts', max out-of-orderness 0 ms)",
+        "watermark: the results of window 'per_minute' (Spark's watermark after it; each result at its window's "
+        "end - 1 µs)",
+    ]
+
+
+def events(p: hr.Pipeline, name: str = "events") -> hr.KeyedStream:
+    return p.source(name, TestSource([], schema=SCHEMA), event_time="ts").key_by("user")
+
+
+def refused(pattern: str) -> Any:
+    return pytest.raises(hr.PlanError, match=pattern)
+
+
+def test_what_spark_cannot_chain_is_refused_with_the_reason():
+    p = hr.Pipeline("stages_refused")
+    minutes = events(p).window(hr.Tumbling("1m"), name="per_minute").count()
+    where = r"\(test_multi_stage.py:\d+\)"
+    with refused(rf"^step 'again' {where}: it reads the results of window 'per_minute' {where}, and this step "
+                 r"emits updates \(Spark's update mode\), and Spark runs stateful steps one after another in one "
+                 r"query only in append mode \(use emit='final'\); sink those results and continue in another "
+                 r"pipeline$"):
+        minutes.key_by("user").window(hr.Tumbling("5m"), name="again").count(emit="updates")
+    updating = events(p, "more").window(hr.Tumbling("1m"), name="updating").count(emit="updates")
+    with refused(rf"^step 'after' {where}: it reads the results of window 'updating' {where}, which emits "
+                 r"updates \(Spark's update mode\)"):
+        updating.key_by("user").window(hr.Tumbling("5m"), name="after").count()
+    late = events(p, "late").window(hr.Tumbling("1m"), allowed_lateness="10s", name="lateness").count()
+    with refused(rf"^step 'after_late' {where}: it reads the results of window 'lateness' {where}, which has "
+                 r"allowed lateness: its late panes come after the watermark passed their window, and Spark refuses "
+                 r"to hand a later stateful step rows older than the watermark"):
+        late.key_by("user").window(hr.Tumbling("5m"), name="after_late").count()
+    with refused(rf"^step 'total' {where}: it reads the results of window 'per_minute' {where}, and this step is "
+                 "a rolling aggregate"):
+        minutes.key_by("user").sum("count", name="total")
+    with refused(rf"^step 'sql_total' {where}: it reads the results of window 'per_minute' {where}, and this "
+                 r"step is an SQL query, and headrace carries the event time of results into and out of fluent "
+                 "steps only"):
+        p.sql("SELECT user, sum(`count`) AS n FROM per_minute GROUP BY user", name="sql_total")
+    with refused(rf"^step 'redeclared' {where}: it reads the results of window 'per_minute' {where}, through the "
+                 rf"event-time declaration 'again_time' {where}: a watermark declared again after a stateful step"):
+        (minutes.with_event_time("window_start", name="again_time").key_by("user")
+         .window(hr.Tumbling("5m"), name="redeclared").count())
+
+
+def test_a_stream_without_event_time_after_a_stateful_step_says_why():
+    p = hr.Pipeline("stages_untimed")
+    minutes = events(p).window(hr.Tumbling("1m"), name="per_minute").count()
+    mapped = minutes.map(lambda r: {"user": r["user"], "n": r["count"]}, schema={"user": "string", "n": "long"},
+                         name="rename")
+    with refused(r"^step 'five' \(test_multi_stage.py:\d+\): the stream from 'key_by_2' has no event time: step "
+                 r"'rename' \(test_multi_stage.py:\d+\) drops the event time of the results of window 'per_minute': "
+                 "Spark cannot follow a watermark through a Python step"):
+        mapped.key_by("user").window(hr.Tumbling("5m"), name="five").count()
+    pairs = events(p, "more").window(hr.Count(2), name="pairs").count()
+    with refused(r"^step 'timed' \(test_multi_stage.py:\d+\): the stream from 'key_by_4' has no event time: the "
+                 r"results of window 'pairs' \(test_multi_stage.py:\d+\) carry no event time: its panes fire by "
+                 "count, not by the watermark"):
+        pairs.key_by("user").window(hr.Tumbling("5m"), name="timed").count()
+    # count windows of count windows need no event time: Spark runs them in one query
+    pairs.key_by("user").window(hr.Count(2), name="pairs_of_pairs").aggregate(n=hr.sum("count"))
+
+
+def test_a_restart_is_refused_when_the_chain_changes():
+    old, _, _ = two_stages("stages_compat")
+    swapped = hr.Pipeline("stages_compat")
+    source = swapped.source("events", TestSource(EVENTS, schema=SCHEMA), event_time="ts")
+    first = source.key_by("user").window(hr.Tumbling("1m"), name="per_five").count()
+    second = first.key_by("user").window(hr.Tumbling("5m"), name="per_minute").aggregate(
+        total=hr.sum("count"), top=hr.max("count"))
+    first.sink("minutes", TestSink())
+    second.sink("fives", TestSink())
+    verdict = compare(plan_record(old.plan), plan_record(swapped.plan))
+    assert not verdict.allowed
+    message = verdict.message()
+    assert ("stateful step 'per_minute' (window, test_multi_stage.py:" in message
+            and "changed stateful steps it reads the results of none → per_five" in message), message
+    assert "changed stateful steps it reads the results of per_minute → none" in message
+    alone = hr.Pipeline("stages_compat")
+    alone_minutes = (alone.source("events", TestSource(EVENTS, schema=SCHEMA), event_time="ts")
+                     .key_by("user").window(hr.Tumbling("1m"), name="per_minute").count())
+    alone_minutes.sink("minutes", TestSink())
+    gone = compare(plan_record(old.plan), plan_record(alone.plan)).message()
+    assert "stateful step 'per_five' (window, test_multi_stage.py:" in gone and "is gone" in gone
+
+
+# -- emit(timestamp=) -----------------------------------------------------------------------------
+
+class Emits(hr.KeyedProcessFunction):
+    def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
+        ctx.emit({"n": record["n"]})
+        ctx.emit({"n": record["n"]}, timestamp=datetime.datetime(1970, 1, 1, 0, 1, tzinfo=datetime.UTC))
+        if record["n"] < 0:
+            ctx.emit({"n": 0}, timestamp="soon")
+
+
+def test_emit_takes_a_timestamp_in_milliseconds_or_a_datetime():
+    logic = ProcessLogic("emits", Emits(), (("n", "long"),), True, "Emits.process", timed=True)
+    rows = logic.run(ProcessState(), [("k", 5_000, {"n": 1})], watermark=None, now=0)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    assert rows == [(1, epoch + datetime.timedelta(seconds=5)), (1, epoch + datetime.timedelta(minutes=1))]
+    with pytest.raises(hr.StepFunctionError, match=r"emit\(timestamp=...\) takes epoch milliseconds \(int\) or a "
+                                                   r"datetime, got 'soon'"):
+        logic.run(ProcessState(), [("k", 5_000, {"n": -1})], watermark=None, now=0)
+
+
+def test_a_result_behind_the_watermark_fails_naming_the_step():
+    p = hr.Pipeline("stages_behind")
+    running = events(p).process(Running(), schema={"user": "string", "running": "long"}, name="running")
+    running.key_by("user").window(hr.Tumbling("1m"), name="per_minute").count().sink("out", TestSink())
+    spark_says = ("[EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED] Previous node emitted a row with "
+                  "eventTime=5000000 which is older than current_watermark_value=9000")
+    failure = classify(p.plan, RuntimeError(spark_says))
+    assert not failure.restartable
+    assert str(failure.error) == (
+        "step 'running' (test_multi_stage.py:" + p.plan.nodes["running"].defined_at.split(":")[1] + "): a result "
+        "was emitted at an event time at or behind the watermark (event time 5000 ms, watermark 9000 ms), and "
+        "Spark refuses to hand such a row to a later stateful step; a process step must emit with timestamp= "
+        "later than ctx.watermark (e.g. max(ctx.timestamp, ctx.watermark + 1))")
