@@ -51,6 +51,21 @@ def test_json_lines_with_both_timestamp_forms_and_dead_letters_by_file(spark: An
                       ("b.jsonl", '{"user": "cy", "n": "three", "ts": 0}', "the line is not a JSON object"),
                       ("b.jsonl", '{"user":"dee","n":4,"ts":"yesterday"}', "a timestamp or date")]
     assert [f for f in (report["numInputRows"] for report in result.progress) if f] == [2, 4]  # a file a batch
+    assert result.dead_letters == 3
+
+
+def test_dead_letters_are_counted_when_no_step_reads_them(spark: Any, tmp_path: Path) -> None:
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_text('{"n": 1}\nnot json\n{"n": 2}\n{"n": "two"}\n')
+    p = hr.Pipeline("native_files_counted")
+    out = TestSink()
+    p.source("numbers", hr.sources.Files(inbox, schema="n long", reader="spark")).sink("out", out)
+
+    result = run_until_idle(p, str(tmp_path / "state"))
+
+    assert sorted(r["n"] for r in out.rows()) == [1, 2]
+    assert (result.input_rows, result.dead_letters) == (4, 2)
 
 
 def test_csv_and_parquet(spark: Any, tmp_path: Path) -> None:

@@ -140,6 +140,71 @@ def test_a_chain_restarts_from_its_checkpoint_with_the_same_output(spark, tmp_pa
     assert five_rows(fives_after.rows()) == FIVES
 
 
+def test_sigkill_of_a_chain_then_restart_gives_the_uninterrupted_output(tmp_path):
+    """Three stateful steps in one query (minute counts, a process step's running totals, five-minute
+    peaks) survive a SIGKILL of the driver's process group: the output equals the one computed here
+    in plain Python. Each file is a micro-batch of one minute's events, so each micro-batch closes
+    one minute per user and the process step sees one record per user and batch; the last file's
+    event at 1 hour closes every window before it."""
+    import json
+    import time
+    from collections import defaultdict
+    from pathlib import Path
+
+    from driver_process import Driver
+
+    from headrace.connectors.files_sink import read_rows
+
+    minutes = 12
+    files = [[{"user": user, "ts": (60 * minute + second) * S} for user in ("a", "b")[: 1 + minute % 2]
+              for second in range(5, 5 + (minute * 7 + len(user)) % 4 + 1)] for minute in range(minutes)]
+    files.append([{"user": "z", "ts": 3600 * S}])
+    folder = tmp_path / "input"
+    folder.mkdir()
+    for number, records in enumerate(files):
+        (folder / f"part-{number:02d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    counts: dict[tuple[str, int], int] = defaultdict(int)  # (user, minute) -> events
+    for records in files[:-1]:
+        for record in records:
+            counts[record["user"], record["ts"] // (60 * S)] += 1
+    running: dict[str, int] = defaultdict(int)
+    peaks: dict[tuple[str, int], tuple[int, int]] = {}  # (user, five-minute start s) -> (peak, minutes)
+    for user, minute in sorted(counts, key=lambda key: (key[1], key[0])):
+        running[user] += counts[user, minute]
+        peak, seen = peaks.get((user, minute // 5 * 300), (0, 0))
+        peaks[user, minute // 5 * 300] = (max(peak, running[user]), seen + 1)
+    expected = sorted((user, start, peak, seen) for (user, start), (peak, seen) in peaks.items())
+
+    out = tmp_path / "out"
+    args = {"name": "stages_killed", "input": str(folder), "state_dir": str(tmp_path / "state"), "out": str(out)}
+    commits = tmp_path / "state" / "stages_killed" / "checkpoint" / "commits"
+
+    def committed() -> int:
+        return len(list(commits.glob("[0-9]*"))) if commits.is_dir() else 0
+
+    def written() -> list[dict]:
+        return read_rows(str(out), "jsonl") if out.is_dir() else []
+
+    driver = Path(__file__).resolve().parent / "stages_driver.py"
+    first = Driver(driver, args, tmp_path / "driver.log")
+    try:
+        first.wait_for("4 committed micro-batches", lambda: committed() >= 4)
+        first.kill()
+    finally:
+        first.kill()
+    assert committed() < len(files), "the driver should have been killed mid-stream"
+    second = Driver(driver, args, tmp_path / "driver.log")
+    try:
+        second.wait_for("every five minutes written", lambda: len(written()) >= len(expected))
+        time.sleep(1)
+        second.stop()
+    finally:
+        second.kill()
+    got = sorted((r["user"], seconds(datetime.datetime.fromisoformat(r["window_start"])), r["peak"], r["minutes"])
+                 for r in written())
+    assert got == expected
+
+
 # -- explain and what the plan refuses --------------------------------------------------------------
 
 def test_explain_says_where_each_watermark_comes_from():

@@ -38,6 +38,12 @@ from typing import Any
 from headrace.schema import Schema
 
 CONTROL_COLUMN = "_hr_ctl"
+DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sent to its dead letters
+
+
+def dead_letter_metric(source: str) -> str:
+    """The name of the observed metric (one field, ``dead_letters``) counting ``source``'s dead letters."""
+    return f"{DEAD_LETTER_METRIC_PREFIX}{source}"
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
 # 9999-12-31: raises the watermark past every real window at the end of a bounded input.
 FLUSH_TIME_MS = 253_402_214_400_000
@@ -99,6 +105,9 @@ class SourceConnector:
 
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     emits_dead_letters: bool = False
+    # its read_stream observes dead_letter_metric(source) itself, where that costs least (the
+    # compiler otherwise counts the non-null _hr_dead_error of its output)
+    counts_dead_letters: bool = False
     test_clock: bool = False  # processing time is the test kit's clock, moved by control rows
     other_control_rows: bool = False  # control rows besides the flush row (see the module's docstring)
     drains_on_stop: bool = True  # hands out no new data once the stop file exists (see the module's docstring)

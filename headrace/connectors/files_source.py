@@ -252,12 +252,16 @@ class FileSource(SourceConnector):
     def read_stream(self, spark: Any, context: SourceContext) -> Any:
         if self.reader == "python":
             return super().read_stream(spark, context)
-        return files_native.read_stream(spark, self.path, self.format, self.schema(), csv_header=self.csv_header,
-                                        max_files=self.max_files_per_batch)
+        return files_native.read_stream(spark, context.source_name, self.path, self.format, self.schema(),
+                                        csv_header=self.csv_header, max_files=self.max_files_per_batch)
 
     @property
     def emits_dead_letters(self) -> bool:  # type: ignore[override]
         return self.format != "parquet"
+
+    @property
+    def counts_dead_letters(self) -> bool:  # type: ignore[override]
+        return self.reader == "spark"  # files_native.read_stream counts them on the scan's rows
 
     def schema(self) -> Schema:
         if self.data_schema is not None:

@@ -17,9 +17,8 @@ import json
 import sys
 from typing import Any, TextIO
 
-from headrace.connectors.base import flush_rows
+from headrace.connectors.base import DEAD_LETTER_METRIC_PREFIX, flush_rows
 
-DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sent to its dead letters
 LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
 CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
 

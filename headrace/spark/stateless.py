@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from headrace.code_locations import function_label
-from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext
+from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext, dead_letter_metric
 from headrace.plan.nodes import (
     RESULT_TIME,
     DeadLettersNode,
@@ -32,7 +32,7 @@ from headrace.plan.nodes import (
     TableNode,
     UnionNode,
 )
-from headrace.runtime.progress import CONTROL_METRIC_PREFIX, DEAD_LETTER_METRIC_PREFIX
+from headrace.runtime.progress import CONTROL_METRIC_PREFIX
 from headrace.schema import arrow_schema, to_ddl, type_name_of_arrow
 from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec
@@ -71,8 +71,8 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
         df = raw.observe(f"{CONTROL_METRIC_PREFIX}{node.name}", F.count(F.col(CONTROL_COLUMN)).alias("control_rows"))
     if node.connector.emits_dead_letters:
         lowering.raw_sources[node.name] = raw
-        dead = F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters")
-        df = df.observe(f"{DEAD_LETTER_METRIC_PREFIX}{node.name}", dead)
+        if not node.connector.counts_dead_letters:
+            df = df.observe(dead_letter_metric(node.name), F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters"))
         lowering.observed_sources[node.name] = df
     return good_rows(node, df, lowering)
 
