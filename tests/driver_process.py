@@ -78,3 +78,51 @@ class Driver:
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
+
+
+def driver_main(pipeline: Callable[[dict[str, Any]], Any]) -> None:
+    """A driver script's main: the pipeline built from the script's JSON arguments, run until
+    SIGTERM under ``args["state_dir"]``."""
+    import headrace as hr
+
+    args = json.loads(sys.argv[1])
+    hr.run(pipeline(args), state_dir=args["state_dir"], progress="quiet", until_exhausted=False)
+
+
+class KilledRun:
+    """A driver script run twice on one checkpoint and one output folder (``args["out"]``, JSON
+    lines): killed with SIGKILL mid-stream, then restarted and stopped once its output is whole."""
+
+    def __init__(self, script: Path, args: dict[str, Any], log: Path) -> None:
+        self.script, self.args, self.log = script, args, log
+        self.commits = Path(args["state_dir"]) / args["name"] / "checkpoint" / "commits"
+
+    def committed(self) -> int:
+        """Micro-batches in Spark's commit log."""
+        return len(list(self.commits.glob("[0-9]*"))) if self.commits.is_dir() else 0
+
+    def written(self) -> list[dict[str, Any]]:
+        """The rows the file sink committed."""
+        from headrace.connectors.files_sink import read_rows
+
+        out = self.args["out"]
+        return read_rows(out, "jsonl") if os.path.isdir(out) else []
+
+    def kill_after(self, batches: int) -> None:
+        """Start the driver and kill its process group once ``batches`` micro-batches committed."""
+        driver = Driver(self.script, self.args, self.log)
+        try:
+            driver.wait_for(f"{batches} committed micro-batches", lambda: self.committed() >= batches)
+        finally:
+            driver.kill()
+
+    def restart_until(self, what: str, check: Callable[[], bool]) -> None:
+        """Start the driver again; once ``check()`` holds, and a second more (a duplicate would
+        show), stop it with SIGTERM."""
+        driver = Driver(self.script, self.args, self.log)
+        try:
+            driver.wait_for(what, check)
+            time.sleep(1)
+            driver.stop()
+        finally:
+            driver.kill()

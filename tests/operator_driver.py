@@ -10,8 +10,7 @@ has merged, its own state. The test kills this process with SIGKILL and restarts
 
 from __future__ import annotations
 
-import json
-import sys
+from driver_process import driver_main
 
 import headrace as hr
 
@@ -68,10 +67,5 @@ def pipeline(args: dict) -> hr.Pipeline:
     return p
 
 
-def main() -> None:
-    args = json.loads(sys.argv[1])
-    hr.run(pipeline(args), state_dir=args["state_dir"], progress="quiet", until_exhausted=False)
-
-
 if __name__ == "__main__":
-    main()
+    driver_main(pipeline)

@@ -11,8 +11,7 @@ process with SIGKILL and restarts it.
 
 from __future__ import annotations
 
-import json
-import sys
+from driver_process import driver_main
 
 import headrace as hr
 
@@ -37,10 +36,5 @@ def pipeline(args: dict) -> hr.Pipeline:
     return p
 
 
-def main() -> None:
-    args = json.loads(sys.argv[1])
-    hr.run(pipeline(args), state_dir=args["state_dir"], progress="quiet", until_exhausted=False)
-
-
 if __name__ == "__main__":
-    main()
+    driver_main(pipeline)

@@ -147,13 +147,10 @@ def test_sigkill_of_a_chain_then_restart_gives_the_uninterrupted_output(tmp_path
     one minute per user and the process step sees one record per user and batch; the last file's
     event at 1 hour closes every window before it."""
     import json
-    import time
     from collections import defaultdict
     from pathlib import Path
 
-    from driver_process import Driver
-
-    from headrace.connectors.files_sink import read_rows
+    from driver_process import KilledRun
 
     minutes = 12
     files = [[{"user": user, "ts": (60 * minute + second) * S} for user in ("a", "b")[: 1 + minute % 2]
@@ -175,33 +172,14 @@ def test_sigkill_of_a_chain_then_restart_gives_the_uninterrupted_output(tmp_path
         peaks[user, minute // 5 * 300] = (max(peak, running[user]), seen + 1)
     expected = sorted((user, start, peak, seen) for (user, start), (peak, seen) in peaks.items())
 
-    out = tmp_path / "out"
-    args = {"name": "stages_killed", "input": str(folder), "state_dir": str(tmp_path / "state"), "out": str(out)}
-    commits = tmp_path / "state" / "stages_killed" / "checkpoint" / "commits"
-
-    def committed() -> int:
-        return len(list(commits.glob("[0-9]*"))) if commits.is_dir() else 0
-
-    def written() -> list[dict]:
-        return read_rows(str(out), "jsonl") if out.is_dir() else []
-
-    driver = Path(__file__).resolve().parent / "stages_driver.py"
-    first = Driver(driver, args, tmp_path / "driver.log")
-    try:
-        first.wait_for("4 committed micro-batches", lambda: committed() >= 4)
-        first.kill()
-    finally:
-        first.kill()
-    assert committed() < len(files), "the driver should have been killed mid-stream"
-    second = Driver(driver, args, tmp_path / "driver.log")
-    try:
-        second.wait_for("every five minutes written", lambda: len(written()) >= len(expected))
-        time.sleep(1)
-        second.stop()
-    finally:
-        second.kill()
+    args = {"name": "stages_killed", "input": str(folder), "state_dir": str(tmp_path / "state"),
+            "out": str(tmp_path / "out")}
+    run = KilledRun(Path(__file__).resolve().parent / "stages_driver.py", args, tmp_path / "driver.log")
+    run.kill_after(4)
+    assert run.committed() < len(files), "the driver should have been killed mid-stream"
+    run.restart_until("every five minutes written", lambda: len(run.written()) >= len(expected))
     got = sorted((r["user"], seconds(datetime.datetime.fromisoformat(r["window_start"])), r["peak"], r["minutes"])
-                 for r in written())
+                 for r in run.written())
     assert got == expected
 
 

@@ -164,12 +164,9 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(tmp_p
     """Operator state (running totals) and the unifier's state (windows merged) survive a SIGKILL:
     the output equals the one computed here in plain Python."""
     import json
-    import time
     from pathlib import Path
 
-    from driver_process import Driver
-
-    from headrace.connectors.files_sink import read_rows
+    from driver_process import KilledRun
 
     texts = [" ".join(f"w{(i * 7 + j * 3) % 11}" for j in range(i % 4 + 3)) for i in range(40)]
     files = [texts[k::8] for k in range(8)]  # 8 files of 5 lines: one streaming window each
@@ -184,32 +181,13 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(tmp_p
         totals.update(words)
         expected += [(window, w, totals[w], window + 1) for w in sorted(set(words))]
 
-    out = tmp_path / "out"
-    args = {"name": "apex_killed", "input": str(folder), "state_dir": str(tmp_path / "state"), "out": str(out)}
-    commits = tmp_path / "state" / "apex_killed" / "checkpoint" / "commits"
-
-    def committed() -> int:
-        return len(list(commits.glob("[0-9]*"))) if commits.is_dir() else 0
-
-    def written() -> list[dict]:
-        return read_rows(str(out), "jsonl") if out.is_dir() else []
-
-    driver = Path(__file__).resolve().parent / "operator_driver.py"
-    first = Driver(driver, args, tmp_path / "driver.log")
-    try:
-        first.wait_for("2 committed windows", lambda: committed() >= 2)
-        first.kill()
-    finally:
-        first.kill()
-    assert committed() < len(files), "the driver should have been killed mid-stream"
-    second = Driver(driver, args, tmp_path / "driver.log")
-    try:
-        second.wait_for("every window written", lambda: len(written()) >= len(expected))
-        time.sleep(1)
-        second.stop()
-    finally:
-        second.kill()
-    got = sorted((r["window"], r["word"], r["total"], r["merged"]) for r in written())
+    args = {"name": "apex_killed", "input": str(folder), "state_dir": str(tmp_path / "state"),
+            "out": str(tmp_path / "out")}
+    run = KilledRun(Path(__file__).resolve().parent / "operator_driver.py", args, tmp_path / "driver.log")
+    run.kill_after(2)
+    assert run.committed() < len(files), "the driver should have been killed mid-stream"
+    run.restart_until("every window written", lambda: len(run.written()) >= len(expected))
+    got = sorted((r["window"], r["word"], r["total"], r["merged"]) for r in run.written())
     assert got == sorted(expected)
 
 

@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 from conftest import service_or_skip
-from driver_process import Driver
+from driver_process import KilledRun
 
 import headrace as hr
-from headrace.connectors.files_sink import read_rows
 from headrace.errors import PlanError, SinkError, SourceError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource
@@ -269,29 +268,12 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(serve
     out = tmp_path / "out"
     args = {"name": "rabbitmq_killed", "stream": stream, "url": URL, "state_dir": str(tmp_path / "state"),
             "out": str(out), "max_records_per_batch": 300}
-    commits = tmp_path / "state" / "rabbitmq_killed" / "checkpoint" / "commits"
+    run = KilledRun(DRIVER, args, tmp_path / "driver.log")
+    run.kill_after(2)
+    assert len(run.written()) < len(records), "the driver should have been killed mid-stream"
+    run.restart_until("every record written", lambda: len(run.written()) >= len(records))
 
-    def committed() -> int:
-        return len(list(commits.glob("[0-9]*"))) if commits.is_dir() else 0
-
-    def written() -> list[dict[str, Any]]:
-        return read_rows(str(out), "jsonl") if out.is_dir() else []
-
-    first = Driver(DRIVER, args, tmp_path / "driver.log")
-    try:
-        first.wait_for("2 committed batches", lambda: committed() >= 2)
-        first.kill()
-    finally:
-        first.kill()
-    assert len(written()) < len(records), "the driver should have been killed mid-stream"
-    second = Driver(DRIVER, args, tmp_path / "driver.log")
-    try:
-        second.wait_for("every record written", lambda: len(written()) >= len(records))
-        second.stop()
-    finally:
-        second.kill()
-
-    got = Counter((r["rabbitmq_offset"], r["order_id"], r["user"], r["amount"]) for r in written())
+    got = Counter((r["rabbitmq_offset"], r["order_id"], r["user"], r["amount"]) for r in run.written())
     expected = Counter((k, r["order_id"], r["user"], r["amount"]) for k, r in enumerate(records))
     assert got == expected  # each message exactly once
 

@@ -288,12 +288,8 @@ def test_a_bolt_emitting_on_an_undeclared_stream_fails_naming_the_bolt_and_line(
 def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(tmp_path):
     """The spool (tuples handed to Spark), the bolts' state and the sink survive a SIGKILL: the
     word counts equal those computed here, each count once; every tuple is acknowledged."""
-    import time
-
-    from driver_process import Driver
+    from driver_process import KilledRun
     from topology_driver import SENTENCES
-
-    from headrace.connectors.files_sink import read_rows
 
     totals: Counter = Counter()
     expected = []
@@ -303,31 +299,13 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(tmp_p
             expected.append((word, totals[word], stable_hash([word]) % 2))
     out, acks = tmp_path / "out", tmp_path / "acks"
     args = {"name": "storm_killed", "state_dir": str(tmp_path / "state"), "out": str(out), "acks": str(acks)}
-    commits = tmp_path / "state" / "storm_killed" / "checkpoint" / "commits"
-
-    def committed() -> int:
-        return len(list(commits.glob("[0-9]*"))) if commits.is_dir() else 0
-
-    def written() -> list[dict]:
-        return read_rows(str(out), "jsonl") if out.is_dir() else []
-
-    driver = ROOT / "tests" / "topology_driver.py"
-    first = Driver(driver, args, tmp_path / "driver.log")
-    try:
-        first.wait_for("2 committed batches", lambda: committed() >= 2)
-        first.kill()
-    finally:
-        first.kill()
-    assert committed() < len(SENTENCES) // 4, "the driver should have been killed mid-stream"
-    second = Driver(driver, args, tmp_path / "driver.log")
-    try:
-        second.wait_for("every count written", lambda: len(written()) >= len(expected))
-        second.wait_for("every tuple acknowledged",
-                        lambda: acks.exists() and {int(a) for a in acks.read_text().split()} >= set(range(40)))
-        time.sleep(1)
-    finally:
-        second.kill()
-    got = sorted((r["word"], r["count"], r["task"]) for r in written())
+    run = KilledRun(ROOT / "tests" / "topology_driver.py", args, tmp_path / "driver.log")
+    run.kill_after(2)
+    assert run.committed() < len(SENTENCES) // 4, "the driver should have been killed mid-stream"
+    run.restart_until("every count written and every tuple acknowledged",
+                      lambda: len(run.written()) >= len(expected) and acks.exists()
+                      and {int(a) for a in acks.read_text().split()} >= set(range(40)))
+    got = sorted((r["word"], r["count"], r["task"]) for r in run.written())
     assert got == sorted(expected)
 
 

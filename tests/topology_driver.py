@@ -12,8 +12,7 @@ the word, its count so far and its task. The test kills this process with SIGKIL
 
 from __future__ import annotations
 
-import json
-import sys
+from driver_process import driver_main
 
 import headrace as hr
 
@@ -69,10 +68,5 @@ def pipeline(args: dict) -> hr.Pipeline:
     return builder.create_topology()
 
 
-def main() -> None:
-    args = json.loads(sys.argv[1])
-    hr.run(pipeline(args), state_dir=args["state_dir"], progress="quiet", until_exhausted=False)
-
-
 if __name__ == "__main__":
-    main()
+    driver_main(pipeline)
