@@ -1,5 +1,6 @@
 """The benchmarks run end to end (``benchmarks/ysb.py --quick``, ``benchmarks/count_window.py
---quick``) and end with their ratio lines.
+--quick``, ``benchmarks/word_count.py --quick``, ``benchmarks/validate.py --runs 1``) and end
+with their closing lines.
 
 This checks that the benchmark works, not that headrace meets its performance targets: on
 small data and a shared machine the figures mean little (docs/performance.md has the real ones).
@@ -51,3 +52,12 @@ def test_the_quick_word_count_benchmark_checks_every_form_and_ends_with_the_rati
     assert any(line.startswith("every form's counts equal Python's on 2,000 lines") for line in lines)
     assert re.fullmatch(r"word-count ratio operator=\d+\.\d\d storm=\d+\.\d\d fluent=\d+\.\d\d "
                         r"sql=\d+\.\d\d", lines[-1]), lines[-1]
+
+
+def test_the_validate_benchmark_checks_the_refusal_names_the_line_and_ends_with_its_line(capsys):
+    benchmark = load_benchmark("validate")
+    assert benchmark.main(["--runs", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(re.fullmatch(r"refused with: headrace: bad\.yaml:14: source 'netcat': unknown source type 'Sockett' "
+                            r"\(did you mean 'Socket'\?\).*", line) for line in lines), lines
+    assert re.fullmatch(r"validate seconds refused=\d+\.\d\d valid=\d+\.\d\d target=2", lines[-1]), lines[-1]
