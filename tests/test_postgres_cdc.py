@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 from conftest import service_or_skip
-from driver_process import Driver
+from driver_process import Driver, KilledRun
 
 import headrace as hr
 from headrace.connectors.base import SourceContext
-from headrace.connectors.files_sink import read_rows
 from headrace.connectors.postgres_cdc import ChangesReader, drop_slot, ensure_slot, lsn_int, wal_level_message
 from headrace.errors import PlanError, SourceError
 from headrace.runtime.runner import PipelineRun
@@ -353,35 +352,23 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(made:
     start = confirmed(made.conn, slot)
     model = Model(made.conn, {plain: False, full: True}, seed=4)
     model.run(80)
-    out = tmp_path / "out"
     name = f"cdc_killed_{made.tag}"
     args = {"name": name, "tables": [plain, full], "dsn": DSN, "slot": slot, "state_dir": str(tmp_path / "state"),
-            "out": str(out), "max_records_per_batch": 40}
+            "out": str(tmp_path / "out"), "max_records_per_batch": 40}
     checkpoint = tmp_path / "state" / name / "checkpoint"
-
-    def committed() -> int:
-        return len(list((checkpoint / "commits").glob("[0-9]*"))) if (checkpoint / "commits").is_dir() else 0
-
-    def written() -> list[dict[str, Any]]:
-        return read_rows(str(out), "jsonl") if out.is_dir() else []
-
-    first = Driver(DRIVER, args, tmp_path / "driver.log")
-    try:
-        first.wait_for("2 committed batches", lambda: committed() >= 2)
-        first.kill()
-    finally:
-        first.kill()
-    assert len(written()) < len(model.changes), "the driver should have been killed mid-stream"
+    run = KilledRun(DRIVER, args, tmp_path / "driver.log")
+    run.kill_after(2)
+    assert len(run.written()) < len(model.changes), "the driver should have been killed mid-stream"
     assert start <= confirmed(made.conn, slot) <= (last_committed_offset(checkpoint) or start)
     second = Driver(DRIVER, args, tmp_path / "driver.log")
     try:
-        second.wait_for("every change written", lambda: len(written()) >= len(model.changes))
+        second.wait_for("every change written", lambda: len(run.written()) >= len(model.changes))
         assert confirmed(made.conn, slot) <= (last_committed_offset(checkpoint) or start)
         second.stop()
     finally:
         second.kill()
 
-    rows = written()
+    rows = run.written()
     assert got(rows) == public(model.changes)  # each change exactly once
     assert Counter(r["lsn"] for r in rows).most_common(1)[0][1] == 1
     assert start < confirmed(made.conn, slot) <= (last_committed_offset(checkpoint) or start)

@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 from conftest import service_or_skip
-from driver_process import Driver
+from driver_process import Driver, KilledRun
 
 import headrace as hr
-from headrace.connectors.files_sink import read_rows
 from headrace.connectors.redis_streams import RedisStreamReader
 from headrace.errors import PlanError, SourceError
 from headrace.runtime.runner import PipelineRun
@@ -260,35 +259,22 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(serve
     ids = {}
     for k, stream in enumerate(streams):
         ids.update(zip(((stream, i) for i in add(server, stream, records[k::2])), records[k::2]))
-    out = tmp_path / "out"
     args = {"name": "redis_killed", "streams": streams, "url": URL, "state_dir": str(tmp_path / "state"),
-            "out": str(out), "max_records_per_batch": 300}
-    commits = tmp_path / "state" / "redis_killed" / "checkpoint" / "commits"
-
-    def committed() -> int:
-        return len(list(commits.glob("[0-9]*"))) if commits.is_dir() else 0
-
-    def written() -> list[dict[str, Any]]:
-        return read_rows(str(out), "jsonl") if out.is_dir() else []
-
-    first = Driver(DRIVER, args, tmp_path / "driver.log")
-    try:
-        first.wait_for("2 committed batches", lambda: committed() >= 2)
-        started = time.time()
-        first.kill()
-    finally:
-        first.kill()
-    assert len(written()) < len(records), "the driver should have been killed mid-stream"
-    print(f"killed after {committed()} batches; {len(written())} records written", flush=True)
+            "out": str(tmp_path / "out"), "max_records_per_batch": 300}
+    run = KilledRun(DRIVER, args, tmp_path / "driver.log")
+    run.kill_after(2)
+    started = time.time()
+    assert len(run.written()) < len(records), "the driver should have been killed mid-stream"
+    print(f"killed after {run.committed()} batches; {len(run.written())} records written", flush=True)
     second = Driver(DRIVER, args, tmp_path / "driver.log")
     try:
-        second.wait_for("every record written", lambda: len(written()) >= len(records))
+        second.wait_for("every record written", lambda: len(run.written()) >= len(records))
         print(f"restarted: every record written {time.time() - started:.1f} s after the kill", flush=True)
         second.stop()
     finally:
         second.kill()
 
-    got = Counter((r["redis_stream"], r["redis_id"], r["order_id"], r["user"], r["amount"]) for r in written())
+    got = Counter((r["redis_stream"], r["redis_id"], r["order_id"], r["user"], r["amount"]) for r in run.written())
     expected = Counter((s, i, r["order_id"], r["user"], r["amount"]) for (s, i), r in ids.items())
     assert got == expected  # each entry exactly once
 

@@ -39,11 +39,6 @@ from headrace.schema import Schema
 
 CONTROL_COLUMN = "_hr_ctl"
 DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sent to its dead letters
-
-
-def dead_letter_metric(source: str) -> str:
-    """The name of the observed metric (one field, ``dead_letters``) counting ``source``'s dead letters."""
-    return f"{DEAD_LETTER_METRIC_PREFIX}{source}"
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
 # 9999-12-31: raises the watermark past every real window at the end of a bounded input.
 FLUSH_TIME_MS = 253_402_214_400_000
@@ -89,6 +84,14 @@ class Guarantee(Enum):
         return max(guarantees, key=lambda g: g.rank, default=Guarantee.EXACTLY_ONCE)
 
 
+def count_dead_letters(frame: Any, source: str, is_dead: Any) -> Any:
+    """``frame`` with the rows where the column ``is_dead`` holds counted as ``source``'s dead
+    letters, in the observed metric progress reads (``headrace/runtime/progress.py``)."""
+    from pyspark.sql import functions as F
+
+    return frame.observe(f"{DEAD_LETTER_METRIC_PREFIX}{source}", F.count(F.when(is_dead, 1)).alias("dead_letters"))
+
+
 @dataclass(frozen=True)
 class SourceContext:
     """Where a running source keeps its run-time files."""
@@ -105,8 +108,8 @@ class SourceConnector:
 
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     emits_dead_letters: bool = False
-    # its read_stream observes dead_letter_metric(source) itself, where that costs least (the
-    # compiler otherwise counts the non-null _hr_dead_error of its output)
+    # its read_stream calls count_dead_letters itself, where that costs least (the compiler
+    # otherwise counts the rows of its output with an _hr_dead_error)
     counts_dead_letters: bool = False
     test_clock: bool = False  # processing time is the test kit's clock, moved by control rows
     other_control_rows: bool = False  # control rows besides the flush row (see the module's docstring)

@@ -11,7 +11,7 @@ headrace's reader makes them, with Spark's parsers:
   position (Spark gives no line numbers). The name comes from ``input_file_name()``, evaluated
   only for such a line: selecting Spark's ``_metadata`` column instead made the scan carry it
   on every row, about 0.3 s per 2 M lines (``benchmarks/connectors.py --only files``);
-* the dead letters are counted (``dead_letter_metric``) on the rows as the scan gives them,
+* the dead letters are counted (``count_dead_letters``) on the rows as the scan gives them,
   before any column is computed: observed later, the count made Spark copy every row into
   the computed columns before counting, and left the rest of the query in a second piece of
   generated code.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, dead_letter_metric
+from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, count_dead_letters
 from headrace.schema import Schema, to_ddl
 
 CORRUPT = "_hr_corrupt"
@@ -59,7 +59,7 @@ def _file_name() -> Any:
 def read_stream(spark: Any, source: str, path: str, format: str, schema: Schema, *, csv_header: bool,
                 max_files: int | None) -> Any:
     """The streaming DataFrame of source ``source``: data columns, the control column and (JSON
-    lines and CSV) the dead-letter columns, counted in ``dead_letter_metric(source)``."""
+    lines and CSV) the dead-letter columns, counted by ``count_dead_letters``."""
     from pyspark.sql import functions as F
 
     parsed = format != "parquet"
@@ -84,7 +84,7 @@ def read_stream(spark: Any, source: str, path: str, format: str, schema: Schema,
         columns.append(column.alias(name))
     corrupt = F.col(CORRUPT).isNotNull()
     bad = corrupt | unreadable
-    frame = frame.observe(dead_letter_metric(source), F.count(F.when(bad, 1)).alias("dead_letters"))
+    frame = count_dead_letters(frame, source, bad)
     raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[F.col(f"`{n}`") for n, _ in schema])))
     error = F.when(corrupt, F.lit(f"the line is not a {'JSON object' if format == 'jsonl' else 'CSV row'} of the "
                                   f"schema {to_ddl(schema)}")).otherwise(F.lit("a timestamp or date that is neither "

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from headrace.code_locations import function_label
-from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext, dead_letter_metric
+from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext, count_dead_letters
 from headrace.plan.nodes import (
     RESULT_TIME,
     DeadLettersNode,
@@ -72,7 +72,7 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
     if node.connector.emits_dead_letters:
         lowering.raw_sources[node.name] = raw
         if not node.connector.counts_dead_letters:
-            df = df.observe(dead_letter_metric(node.name), F.count(F.col(DEAD_COLUMNS[1])).alias("dead_letters"))
+            df = count_dead_letters(df, node.name, F.col(DEAD_COLUMNS[1]).isNotNull())
         lowering.observed_sources[node.name] = df
     return good_rows(node, df, lowering)
 
