@@ -2,12 +2,20 @@
 
 A leaf module (it imports nothing from headrace), so that window shapes, plan nodes and
 the fluent API can all record where a step was defined when the plan is built.
+
+Spark's workers get user code pickled by value (cloudpickle), and cloudpickle 3.1.3+ names
+the file of every such code object ``<dynamic-code>``. So the file is recorded on the user's
+functions and classes when the plan is built (:func:`remember_definitions`), and read back
+from there in the workers; the line numbers survive pickling.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
+import sys
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -15,6 +23,12 @@ from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(__file__)  # the headrace package: frames in it are not the user's
 _DECLARED_AT: ContextVar[str | None] = ContextVar("headrace_declared_at", default=None)
+DEFINED_IN = "__hr_defined_in__"  # the file name recorded on a user function or class
+PICKLED_CODE = "<dynamic-code>"  # the file cloudpickle gives code it pickled by value
+
+
+def _file_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 def function_label(fn: Callable[..., Any]) -> str:
@@ -23,7 +37,92 @@ def function_label(fn: Callable[..., Any]) -> str:
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     if code is None:
         return name
-    return f"{name} at {code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}"
+    defined_in = getattr(fn, DEFINED_IN, None)
+    return f"{name} at {defined_in or _file_name(code.co_filename)}:{code.co_firstlineno}"
+
+
+def _is_users(value: Any) -> bool:
+    """Whether ``value`` (a class or function) is the user's code: not headrace's, not the standard
+    library's, not an installed package's."""
+    module_name = getattr(value, "__module__", None) or ""
+    top = module_name.split(".")[0]
+    if not top or top == "headrace" or top in sys.stdlib_module_names:
+        return False
+    path = getattr(sys.modules.get(module_name), "__file__", None) or ""
+    return "site-packages" not in path and "dist-packages" not in path
+
+
+def _record(target: Any, file_name: str) -> None:
+    try:
+        setattr(target, DEFINED_IN, file_name)
+    except (AttributeError, TypeError):  # a builtin or a slotted object: nothing to record on
+        pass
+
+
+def _remember_function(fn: Any) -> None:
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if isinstance(fn, types.FunctionType) and code is not None and code.co_filename != PICKLED_CODE:
+        if not code.co_filename.startswith(_PACKAGE_DIR) and DEFINED_IN not in fn.__dict__:
+            _record(fn, _file_name(code.co_filename))
+
+
+def _remember_class(cls: type) -> None:
+    for klass in cls.__mro__:
+        if not _is_users(klass) or DEFINED_IN in vars(klass):
+            continue
+        try:
+            path = inspect.getsourcefile(klass)
+        except (TypeError, OSError):
+            path = None
+        if path:
+            _record(klass, _file_name(path))
+        for member in vars(klass).values():
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            elif isinstance(member, property):
+                member = member.fget
+            _remember_function(member)
+
+
+def remember_definitions(value: Any, depth: int = 0) -> None:
+    """Record, on the user functions and classes that ``value`` holds (a plan node's fields,
+    a function, an operator instance, a grouping), the file each was defined in."""
+    if depth > 4 or value is None or isinstance(value, (str, bytes, int, float, bool)):
+        return
+    if isinstance(value, types.FunctionType | types.MethodType):
+        _remember_function(value)
+    elif isinstance(value, type):
+        if _is_users(value):
+            _remember_class(value)
+    elif isinstance(value, (tuple, list, set, frozenset)):
+        for item in value:
+            remember_definitions(item, depth + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            remember_definitions(item, depth + 1)
+    elif _is_users(type(value)):
+        _remember_class(type(value))
+    elif dataclasses.is_dataclass(value):
+        for field in dataclasses.fields(value):
+            remember_definitions(getattr(value, field.name, None), depth + 1)
+    elif type(value).__module__.startswith("headrace."):  # a connector or grouping holding user code
+        remember_definitions(list(getattr(value, "__dict__", {}).values()), depth + 1)
+
+
+def _frame_file(frame: inspect.FrameInfo) -> str:
+    """The file of a frame, for code pickled by value read back from its function or class."""
+    if frame.filename != PICKLED_CODE:
+        return frame.filename
+    local = frame.frame.f_locals
+    owner = local.get("self", local.get("cls"))
+    holder = type(owner) if owner is not None and not isinstance(owner, type) else owner
+    candidates = [getattr(holder, frame.function, None), holder, frame.frame.f_globals.get(frame.function)]
+    for candidate in candidates:
+        recorded = getattr(candidate, DEFINED_IN, None) if candidate is not None else None
+        if isinstance(recorded, str):
+            return recorded
+    return frame.filename
 
 
 def user_location() -> str:
@@ -33,8 +132,9 @@ def user_location() -> str:
     if declared is not None:
         return declared
     for frame in inspect.stack()[1:]:
-        if not frame.filename.startswith((_PACKAGE_DIR, "<")):
-            return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+        filename = _frame_file(frame)
+        if not filename.startswith((_PACKAGE_DIR, "<")):
+            return f"{_file_name(filename)}:{frame.lineno}"
     return "<headrace>"
 
 

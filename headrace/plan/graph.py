@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from headrace.code_locations import remember_definitions
 from headrace.connectors.base import Guarantee
 from headrace.errors import PlanError, step_error
 from headrace.plan.nodes import (
@@ -35,6 +36,7 @@ class Plan:
         for input_name in node.inputs:
             if input_name not in self.nodes:
                 raise step_error(node.name, node.defined_at, f"input {input_name!r} is not in pipeline {self.name!r}")
+        remember_definitions(node)  # user code is named by its file in Spark's workers too
         self.nodes[node.name] = node
         return node
 
@@ -44,6 +46,7 @@ class Plan:
         for input_name in node.inputs:
             if input_name not in self.nodes:
                 raise step_error(node.name, node.defined_at, f"input {input_name!r} is not in pipeline {self.name!r}")
+        remember_definitions(node)
         nodes = {**self.nodes, node.name: node}
         ordered: dict[str, Node] = {}
         visiting: list[str] = []

@@ -25,6 +25,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from headrace.code_locations import remember_definitions
 from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.errors import StepFunctionError, raised_inside
 from headrace.groupings import Global
@@ -149,9 +150,11 @@ def lower_operator(node: OperatorNode, lowering: Lowering) -> DataFrame:
 
 def _by_value(operator_class: type) -> None:
     """An operator class defined in a script or a test module (not importable on Spark's
-    workers) travels by value, with its instances and state."""
+    workers) travels by value, with its instances and state; the files of its methods are
+    recorded first, for its errors to name them there."""
     import sys
 
+    remember_definitions(operator_class)
     module = sys.modules.get(operator_class.__module__)
     path = getattr(module, "__file__", "") or ""
     if module is not None and module.__name__ != "__main__" and "site-packages" not in path \
