@@ -11,7 +11,12 @@ if ! bash scripts/services.sh; then
   # The tests that need a missing service skip, saying why; with CI=true they fail.
   echo "some services are unavailable: their tests will skip${CI:+ (CI: they fail)}" >&2
 fi
-echo "== pytest"; .venv/bin/python -m pytest -q --durations=60 "$@"
+# Two test processes (pytest-xdist), each file's tests in one of them: Spark's micro-batches leave
+# a core idle much of the time. HEADRACE_TEST_WORKERS=0 runs them in this process.
+workers=${HEADRACE_TEST_WORKERS:-2}
+parallel=()
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+echo "== pytest"; .venv/bin/python -m pytest -q "${parallel[@]}" --durations=25 "$@"
 shared_cases="$PWD/../shared/conformance/cases.json"
 if [ -f "$shared_cases" ]; then
   echo "== conformance"; .venv/bin/python -m headrace.testing.conformance "$shared_cases" 2>/dev/null
