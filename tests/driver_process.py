@@ -101,6 +101,11 @@ class KilledRun:
         """Micro-batches in Spark's commit log."""
         return len(list(self.commits.glob("[0-9]*"))) if self.commits.is_dir() else 0
 
+    def planned(self) -> int:
+        """Micro-batches in Spark's offset log (planned, committed or not)."""
+        offsets = self.commits.parent / "offsets"
+        return len(list(offsets.glob("[0-9]*"))) if offsets.is_dir() else 0
+
     def written(self) -> list[dict[str, Any]]:
         """The rows the file sink committed."""
         from headrace.connectors.files_sink import read_rows
@@ -110,9 +115,13 @@ class KilledRun:
 
     def kill_after(self, batches: int) -> None:
         """Start the driver and kill its process group once ``batches`` micro-batches committed."""
+        self.kill_when(f"{batches} committed micro-batches", lambda: self.committed() >= batches)
+
+    def kill_when(self, what: str, check: Callable[[], bool]) -> None:
+        """Start the driver and kill its process group once ``check()`` holds."""
         driver = Driver(self.script, self.args, self.log)
         try:
-            driver.wait_for(f"{batches} committed micro-batches", lambda: self.committed() >= batches)
+            driver.wait_for(what, check)
         finally:
             driver.kill()
 

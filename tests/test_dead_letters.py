@@ -57,3 +57,29 @@ def test_fail_fast_names_the_file_and_line(spark, tmp_path):
         hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet", handle_signals=False)
     assert "source 'orders'" in str(error.value)
     assert "a.jsonl:2" in str(error.value)
+
+
+def test_the_query_runs_to_each_branch_root_once_and_counts_the_scans_of_each_source(tmp_path):
+    """Plain plan checks (no Spark): two sinks on one window share its root, so the window is
+    planned once; a source feeding a window and its dead letters is scanned twice (Spark plans a
+    tree), and the compiler knows it; a source split per batch into good rows and dead letters
+    is scanned once."""
+    from headrace.spark.compiler import query_roots, source_scans
+
+    def orders(p, **event_time):
+        return p.source("orders", hr.sources.Files(str(tmp_path), format="jsonl", schema="user string, t timestamp"),
+                        **event_time)
+
+    p = hr.Pipeline("window_beside_dead_letters")
+    counts = orders(p, event_time="t", max_out_of_orderness="1s").key_by("user").window(hr.Tumbling("1m")).count()
+    counts.sink("a", TestSink())
+    counts.sink("b", TestSink())
+    p.dead_letters().sink("dead", TestSink())
+    assert query_roots(p.plan) == ["window", "orders"]  # the two sinks on the window: one root
+    assert source_scans(p.plan) == {"orders": 2}
+
+    q = hr.Pipeline("map_beside_dead_letters")
+    orders(q).filter(hr.col("user") != "x").sink("a", TestSink())
+    q.dead_letters().sink("dead", TestSink())
+    assert query_roots(q.plan) == ["orders"]
+    assert source_scans(q.plan) == {"orders": 1}

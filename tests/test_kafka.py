@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -315,3 +316,59 @@ def test_coordinator_errors_are_retried_and_others_are_not() -> None:
     assert retriable(error(kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
     assert not retriable(error(kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED))
     assert not retriable(ValueError("not Kafka's"))
+
+
+# -- one source, several sinks and the dead letters ---------------------------------------------
+
+def _epoch_ms(text: str) -> int:
+    import datetime
+    return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
+
+
+def test_a_window_to_postgres_and_kafka_beside_the_dead_letters_writes_each_window_once(
+        spark: Any, broker: str, pg: Any, tmp_path: Path) -> None:
+    """The issue's pipeline: a keyed one-minute window into PostgreSQL and (transactions) into
+    Kafka, and the source's dead letters into PostgreSQL. Each sink gets every window exactly
+    once, the window keeps one state, and input_rows counts each record once (the query scans
+    the source once for the window and once for the dead letters)."""
+    import datetime
+
+    from conftest import PG_DSN
+
+    start = 1_700_000_040_000  # a minute boundary
+    events = [(f"u{i % 5}", start + i * 1000) for i in range(300)]
+    def iso(ms: int) -> str:
+        return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    records: list[tuple[Any, Any, int]] = [(None, {"user": u, "event_time": iso(t)}, i % 2)
+                                           for i, (u, t) in enumerate(events)]
+    records.insert(50, (None, b"not json", 0))
+    records.insert(170, (None, b'{"user": 1, "event_time": "later"}', 1))
+    records.append((None, {"user": "~final", "event_time": iso(start + 3_600_000)}, 0))  # closes the windows
+    source, sink, tag = new_topic(), new_topic(partitions=1), uuid.uuid4().hex[:8]
+    produce(source, records)
+    windows, dead = f"windows_{tag}", f"dead_{tag}"
+
+    p = hr.Pipeline(f"fan_out_{tag}")
+    clicks = p.source("clicks", hr.sources.Kafka(source, schema="user string, event_time timestamp",
+                                                 max_records_per_batch=100),
+                      event_time="event_time", max_out_of_orderness="1s")
+    counts = clicks.key_by("user").window(hr.Tumbling("1m")).count().select("user", "window_start", "count")
+    counts.sink("to_postgres", hr.sinks.Postgres(windows, dsn=PG_DSN))
+    counts.sink("to_kafka", hr.sinks.Kafka(sink, key="user"))
+    p.dead_letters().sink("dead", hr.sinks.Postgres(dead, dsn=PG_DSN))
+
+    result = run_until_idle(p, str(tmp_path / "state"))
+
+    expected = sorted(Counter((u, t - t % 60_000) for u, t in events).items())
+    in_postgres = pg.execute(f'SELECT "user", (extract(epoch FROM window_start) * 1000)::bigint, count '
+                             f"FROM {windows}").fetchall()
+    assert sorted(((u, w), c) for u, w, c in in_postgres) == expected
+    in_kafka = [value for _key, value in consume(sink)]
+    assert sorted(((v["user"], _epoch_ms(v["window_start"])), v["count"]) for v in in_kafka) == expected
+    assert sorted(r[0] for r in pg.execute(f"SELECT raw FROM {dead}").fetchall()) == [
+        "not json", '{"user": 1, "event_time": "later"}']
+    assert result.input_rows == len(records)
+    assert result.dead_letters == 2
+    # one state per window and key: the query does not plan the window once per sink
+    last = summarise(result.progress[-1])
+    assert last["state_rows"] <= len({u for u, _ in events}) + 1

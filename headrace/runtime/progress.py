@@ -8,7 +8,9 @@ nothing and are not batches. A batch id Spark runs again after a restart is coun
 last report stands). *Input rows* are the records the sources handed over, not counting the
 control rows headrace's sources add (watermark moves, the end-of-input flush): Spark's
 ``numInputRows`` counts those, and each source's ``hr_control_<source>`` metric says how many
-to take off.
+to take off. A source that feeds several branches of the query (a stateful step and its dead
+letters) is scanned once per branch, and Spark counts its rows in each; its
+``hr_repeat_<source>`` metric says how many of those counts to take off.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from headrace.connectors.base import DEAD_LETTER_METRIC_PREFIX, flush_rows
 
 LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
 CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
+REPEAT_METRIC_PREFIX = "hr_repeat_"  # + source: rows Spark counted again, the query scanning it per branch
 
 TOTALS = ("input_rows", "dead_letters", "late_rows_dropped")
 
@@ -83,7 +86,8 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     dropped += _observed(progress, LATE_METRIC_PREFIX, "late_dropped")
     control = _observed(progress, CONTROL_METRIC_PREFIX, "control_rows")
     control += sum(flush_rows(s.get("startOffset"), s.get("endOffset")) for s in progress.get("sources") or ())
-    rows = (progress.get("numInputRows") or 0) - control
+    repeated = _observed(progress, REPEAT_METRIC_PREFIX, "repeated_rows")
+    rows = (progress.get("numInputRows") or 0) - control - repeated
     batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
     lags = [behind for behind in map(lag, progress.get("sources") or ()) if behind is not None]
     records, files = [n for n, unit in lags if unit == "records"], [n for n, unit in lags if unit == "files"]

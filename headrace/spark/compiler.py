@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -13,7 +14,15 @@ from pyspark.sql import DataFrame, SparkSession
 
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import EventTimeNode, Node, PythonStep, SourceNode, WindowAggregateNode
-from headrace.spark.specs import check_plan, has_operators, output_mode, python_chains, shared_root, spec_of
+from headrace.spark.specs import (
+    branch_root,
+    check_plan,
+    has_operators,
+    output_mode,
+    python_chains,
+    shared_root,
+    spec_of,
+)
 from headrace.spark.stages import result_time_needed
 from headrace.spark.stateful import uses_test_clock
 from headrace.spark.stateless import good_rows, with_watermark
@@ -40,6 +49,7 @@ class Lowering:
         self.observed_sources: dict[str, DataFrame] = {}  # the same with the source's metrics, to run a query to
         self.raw_windows: dict[str, DataFrame] = {}  # a window processor's output: panes and late records
         self.chains = {chain[-1]: chain for chain in python_chains(plan)}
+        self.scans = source_scans(plan)  # how many times the query scans each source
         # inside foreachBatch (writer.py): the micro-batch's id and the checkpoint, for operators
         self.batch_id: int | None = None
         self.checkpoint: str | None = None
@@ -176,6 +186,34 @@ class Lowering:
             if not node.inputs or spec_of(node).stateful:
                 return None
             node = self.plan.nodes[node.inputs[0]]
+
+
+def query_roots(plan: Plan) -> list[str]:
+    """The steps the pipeline's query runs to (``headrace/spark/writer.py``): the sinks' shared
+    root, or else each sink's branch root, each once."""
+    root = shared_root(plan)
+    return [root] if root is not None else list(dict.fromkeys(branch_root(plan, s) for s in plan.sinks()))
+
+
+def source_scans(plan: Plan) -> Counter[str]:
+    """How many times the query scans each source: once per path from the query's roots down to
+    it. Spark plans a query as a tree, so a source feeding two roots (a window and the dead
+    letters) is scanned in each micro-batch once per root."""
+    below: dict[str, Counter[str]] = {}
+
+    def paths(name: str) -> Counter[str]:
+        if name not in below:
+            node = plan.nodes[name]
+            found = Counter({name: 1}) if isinstance(node, SourceNode) else Counter[str]()
+            for upstream in node.inputs:
+                found += paths(upstream)
+            below[name] = found
+        return below[name]
+
+    total = Counter[str]()
+    for root in query_roots(plan):
+        total += paths(root)
+    return total
 
 
 def compile_plan(plan: Plan, spark: SparkSession, run_dir: str) -> Compiled:

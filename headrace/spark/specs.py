@@ -254,6 +254,13 @@ def _path_up(plan: Plan, sink: Node) -> list[str]:
         name = node.inputs[0]
 
 
+def branch_root(plan: Plan, sink: Node) -> str:
+    """The step the query runs to for the sink ``sink`` when the sinks share no root: the
+    nearest step above it that does not run per batch (a source, a stateful step, a union);
+    the steps between run on each micro-batch inside foreachBatch."""
+    return _path_up(plan, sink)[-1]
+
+
 def shared_root(plan: Plan) -> str | None:
     """The lowest step every sink descends from through per-batch steps only, if any: the query
     runs up to it, and each sink's branch runs on the micro-batch inside foreachBatch. So a

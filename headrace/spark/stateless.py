@@ -32,7 +32,7 @@ from headrace.plan.nodes import (
     TableNode,
     UnionNode,
 )
-from headrace.runtime.progress import CONTROL_METRIC_PREFIX
+from headrace.runtime.progress import CONTROL_METRIC_PREFIX, REPEAT_METRIC_PREFIX
 from headrace.schema import arrow_schema, to_ddl, type_name_of_arrow
 from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec
@@ -66,6 +66,9 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
     os.makedirs(lowering.run_dir, exist_ok=True)
     node.connector.prepare(context)
     raw = node.connector.read_stream(lowering.spark, context)
+    repeats = lowering.scans.get(node.name, 1) - 1
+    if repeats > 0:  # Spark counts the rows of each scan; progress takes the repeats off
+        raw = raw.observe(f"{REPEAT_METRIC_PREFIX}{node.name}", (F.count(F.lit(1)) * repeats).alias("repeated_rows"))
     df = raw
     if node.connector.other_control_rows:  # see headrace.connectors.base: progress takes control rows off
         df = raw.observe(f"{CONTROL_METRIC_PREFIX}{node.name}", F.count(F.col(CONTROL_COLUMN)).alias("control_rows"))

@@ -2,9 +2,13 @@
 
 * One sink with a native Spark format: Spark's own streaming writer.
 * Sinks that all read the same stream: ``foreachBatch`` hands the batch to each sink.
-* Sinks on different branches: the branches are packed into one tagged stream (one
-  struct column per sink), so the query stays one and every sink commits the same
-  batch id; ``foreachBatch`` unpacks each sink's rows.
+* Sinks on different branches: the query runs to each branch's root (the nearest step
+  above a sink that does not run per batch: a source, a stateful step), each root once,
+  packed into one tagged stream (one struct column per root), so the query stays one and
+  every sink commits the same batch id; ``foreachBatch`` unpacks each root's rows and runs
+  the per-batch steps from there to each sink. Sinks that share a root share its rows:
+  the query never plans a stateful step twice (the copies would keep separate state, and
+  Spark's exchange reuse starved the second copy of its rows).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from headrace.plan.nodes import SinkNode
 from headrace.runtime.checkpoints import query_id
 from headrace.runtime.failures import python_worker_crashed
 from headrace.spark import real_time, stages
-from headrace.spark.compiler import Compiled, Lowering
+from headrace.spark.compiler import Compiled, Lowering, query_roots
 from headrace.spark.real_time import REAL_TIME
 from headrace.spark.specs import has_operators, native_sink_format, shared_root, trigger_interval
 
@@ -53,7 +57,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     elif root is not None:
         stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir)
     else:
-        stream, dispatch = _tagged(sinks, frames)
+        stream, dispatch = _tagged(plan, compiled, sinks, run_dir)
     native = native_sink_format(plan, sinks[0])
     if native:
         stream = sinks[0].connector.native_frame(stream)
@@ -159,10 +163,11 @@ def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode],
     return stream, dispatch
 
 
-def _tagged(sinks: list[SinkNode], frames: dict[str, DataFrame]) -> tuple[DataFrame, Any]:
+def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str) -> tuple[DataFrame, Any]:
+    roots = query_roots(plan)  # the sinks share none: each sink's branch root, each once
     packed = None
-    for index, sink in enumerate(sinks):
-        frame = frames[sink.name]
+    for index, root in enumerate(roots):
+        frame = compiled.lowering.root_stream(root)
         part = frame.select(F.lit(index).alias(SINK_TAG), F.struct(*[F.col(f"`{c}`") for c in frame.columns])
                             .alias(f"{SINK_TAG}_{index}"))
         packed = part if packed is None else packed.unionByName(part, allowMissingColumns=True)
@@ -170,9 +175,13 @@ def _tagged(sinks: list[SinkNode], frames: dict[str, DataFrame]) -> tuple[DataFr
 
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
+        per_batch = Lowering(plan, df.sparkSession, run_dir)
         try:
-            _deliver(sinks, df, batch_id,
-                     lambda index, _sink: df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"))
+            for index, root in enumerate(roots):
+                per_batch.seed(root, df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"))
+            _deliver(sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
         finally:
+            for cached in per_batch.cached:
+                cached.unpersist()
             df.unpersist()
     return packed, dispatch
