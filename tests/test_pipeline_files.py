@@ -773,3 +773,30 @@ def test_init_then_validate_then_run_the_scaffold(spark, tmp_path, monkeypatch):
     scaffold_tests.test_add_tax()
     (tmp_path / "own").mkdir()
     scaffold_tests.test_the_pipeline_saves_the_big_orders(tmp_path / "own", monkeypatch)
+
+
+def test_a_file_can_compute_columns_called_name_ttl_and_emit(tmp_path):
+    p = load_pipeline_file(write(tmp_path, """
+        pipeline: column_names
+        sources:
+          lines: {type: TestSource, batches: [], schema: "line string, ts long", event_time: ts}
+        steps:
+          - name: named
+            from: lines
+            with_columns: {name: "upper(line)"}
+          - name: keyed
+            from: named
+            key_by: name
+          - name: per_name
+            from: keyed
+            aggregate: {ttl: count, total: count}
+          - name: windows
+            from: keyed
+            window: {tumbling: 1s, aggregate: {emit: count}, emit: updates}
+        sinks:
+          out: {type: TestSink, from: per_name}
+          w: {type: TestSink, from: windows}
+        """), environ={})
+    assert [f for f, _ in p.plan.nodes["named"].schema] == ["line", "ts", "name"]
+    assert [f for f, _ in p.plan.nodes["per_name"].schema] == ["name", "ttl", "total"]
+    assert [f for f, _ in p.plan.nodes["windows"].schema][-1] == "emit"

@@ -542,3 +542,35 @@ def test_building_a_plan_never_starts_spark():
         "print(SparkContext._gateway is None and SparkContext._active_spark_context is None)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "True", result.stderr
+
+
+# -- columns called like a step's options --------------------------------------------------------
+
+def test_a_column_can_be_called_name_ttl_or_emit():
+    """A keyword argument that holds a column expression (or an aggregate) is a column, whatever
+    it is called; a mapping names columns beside a step name; a wrong step name says why."""
+    p = hr.Pipeline("column_names")
+    events = source(p, event_time="ts")
+    assert events.select("user", name=hr.col("kind"), n=hr.col("amount")).node.schema == (
+        ("user", "string"), ("name", "string"), ("n", "long"))
+    tagged = events.with_columns(name=hr.col("user"))
+    assert (tagged.node.name, tagged.node.schema[-1]) == ("with_columns", ("name", "string"))
+    named = events.with_columns({"name": hr.col("amount")}, name="tag")
+    assert (named.node.name, named.node.schema[-1]) == ("tag", ("name", "long"))
+    keyed = events.key_by("user")
+    rolling = keyed.aggregate(name=hr.count(), ttl=hr.sum("amount"))
+    assert rolling.node.schema == (("user", "string"), ("name", "long"), ("ttl", "long"))
+    assert keyed.aggregate({"name": hr.count()}, name="per_user").node.name == "per_user"
+    windowed = keyed.window(hr.Tumbling("1s")).aggregate(emit=hr.count(), name=hr.max("amount"))
+    assert windowed.node.schema[-2:] == (("emit", "long"), ("name", "long"))
+    with pytest.raises(hr.PlanError) as error:
+        line = next_line()
+        events.filter(hr.col("amount") > 0, name=hr.col("user"))
+    assert str(error.value) == (
+        f"filter ({FILE}:{line}): name= is the step's name and must be a string, got a column expression "
+        "col('user'); a column called 'name' is added by select(...) or with_columns(...), e.g. "
+        "with_columns(name=hr.col('x'))")
+    with fails(r"step name 3 must be a non-empty string"):
+        events.map(lambda e: e, schema=EVENTS, name=3)
+    with fails(r"step 'with_columns_2' .*: the column 'name' is given twice, in the mapping and as name="):
+        events.with_columns({"name": hr.lit(1)}, name=hr.lit(2))
