@@ -574,3 +574,33 @@ def test_a_column_can_be_called_name_ttl_or_emit():
         events.map(lambda e: e, schema=EVENTS, name=3)
     with fails(r"step 'with_columns_2' .*: the column 'name' is given twice, in the mapping and as name="):
         events.with_columns({"name": hr.lit(1)}, name=hr.lit(2))
+
+
+def test_a_sink_that_cannot_take_updates_is_refused_when_the_pipeline_is_built(tmp_path):
+    p = hr.Pipeline("updates_into_files")
+    count_line = next_line()
+    counts = source(p).key_by("user").count(name="per_user")
+    with pytest.raises(hr.PlanError) as error:
+        line = next_line()
+        counts.sink("files", hr.sinks.Files(str(tmp_path / "out"), format="jsonl"))
+    assert str(error.value) == (
+        f"sink 'files' ({FILE}:{line}): a Files sink cannot take the updates of step 'per_user' ({FILE}:{count_line}), "
+        "which emits updates (Spark's update mode: each micro-batch emits again every group it changed): files keep "
+        "every row they are given, so each group's updates would pile up as rows; write the updates to a sink that "
+        "replaces a row by its key (hr.sinks.Postgres(..., key=[...]), hr.sinks.Delta(..., key=[...])), or emit each "
+        "result once (a window with emit='final')")
+    with fails(r"sink 'table' .*: a Postgres sink cannot take the updates of step 'per_user'.*: without key= it "
+               "inserts each update as a new row"):
+        counts.sink("table", hr.sinks.Postgres("per_user_counts"))
+    with fails(r"sink 'backup' .*: a Failover sink \(its member 'backup', a Files sink\) cannot take the updates"):
+        counts.sink("backup", hr.sinks.Failover(hr.sinks.Console(), hr.sinks.Files(str(tmp_path / "b"))))
+    counts.sink("upserted", hr.sinks.Postgres("per_user_counts", key="user"))
+    counts.sink("console", hr.sinks.Console())
+    p.validate()
+    # a sink added before the step that emits updates is refused when the pipeline is checked
+    q = hr.Pipeline("sql_updates_into_files")
+    clicks = source(q)
+    clicks.sink("files", hr.sinks.Files(str(tmp_path / "c")))
+    q.sql("SELECT user, count(*) AS n FROM events GROUP BY user", name="per_user").sink("out", TestSink())
+    with fails(r"sink 'files' .*: a Files sink cannot take the updates of step 'per_user' .*, which emits updates"):
+        q.validate()

@@ -102,6 +102,9 @@ def test_a_window_on_a_stream_without_event_time_is_refused():
     ("SELECT * FROM clicks LIMIT 3", "LIMIT is not supported"),
     ("SELECT url, max(ts) OVER (PARTITION BY user) FROM clicks", r"OVER \(...\) window functions"),
     ("SELECT count(DISTINCT url) FROM clicks", "approx_count_distinct"),
+    ("SELECT DISTINCT url, count(*) FROM clicks GROUP BY url",
+     "DISTINCT on the result of GROUP BY or an aggregate is a second aggregation"),
+    ("SELECT u FROM (SELECT DISTINCT user AS u FROM clicks)", "DISTINCT in a nested query"),
     ("SELECT n, count(*) FROM (SELECT url, count(*) AS n FROM clicks GROUP BY url) GROUP BY n",
      "the query aggregates twice"),
     ("SELECT * FROM users", "the query reads no stream, only tables"),
@@ -284,6 +287,26 @@ def test_a_word_count_in_sql_over_a_flat_map_of_lines(spark):
     assert latest == Counter(w.lower() for batch in lines for r in batch for w in r["line"].split())
     changed = [len(sink.batches[b]) for b in sorted(sink.batches) if sink.batches[b]]
     assert changed == [6, 4]  # each micro-batch emits the words it changed
+
+
+def test_select_distinct_emits_each_distinct_row_once_ever(spark):
+    orders = [[{"order_id": 1, "customer": "ann"}, {"order_id": 1, "customer": "ann"},
+               {"order_id": 2, "customer": "bob"}],
+              [{"order_id": 1, "customer": "ann"}, {"order_id": 3, "customer": "ann"}],
+              [{"order_id": 2, "customer": "bob"}, {"order_id": 3, "customer": "ann"}]]
+    p = hr.Pipeline("sql_distinct")
+    p.source("orders", TestSource(orders, schema={"order_id": "long", "customer": "string"}))
+    distinct = p.sql("SELECT DISTINCT order_id, customer\n  FROM orders", name="distinct_orders")
+    sink = TestSink()
+    distinct.sink("out", sink)
+    assert distinct.node.shape == "distinct" and output_mode(p.plan) == "append"
+    assert "dropDuplicates" in p.explain()
+    run_to_completion(p)
+    seen: list[tuple] = []
+    for batch in orders:
+        seen += [r for r in dict.fromkeys((o["order_id"], o["customer"]) for o in batch) if r not in seen]
+    assert sorted((r["order_id"], r["customer"]) for r in sink.rows()) == sorted(seen)  # each once, ever
+    assert [len(sink.batches[b]) for b in sorted(sink.batches) if sink.batches[b]] == [2, 1]
 
 
 def test_a_spark_analysis_error_names_the_step_and_points_at_the_query(spark):

@@ -42,7 +42,7 @@ from headrace.runtime.admission import BatchDuration
 from headrace.runtime.runner import run
 from headrace.schema import PYTHON_TYPES, Schema, is_record_class, schema_of
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
-from headrace.spark.specs import check_plan
+from headrace.spark.specs import check_plan, check_sink_takes_updates
 from headrace.spark.stages import check_stage, why_no_event_time
 from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
 from headrace.windows import Count, Global, WindowShape
@@ -490,6 +490,7 @@ class Stream:
         if not isinstance(connector, SinkConnector):
             raise PlanError(f"sink {name!r} ({where}): expected a headrace sink connector, got "
                             f"{type(connector).__name__}")
+        check_sink_takes_updates(self.pipeline.plan, name, where, connector)
         self._add(SinkNode(name, (self.node.name,), where, self.node.schema, connector=connector))
 
     def __repr__(self) -> str:

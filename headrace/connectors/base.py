@@ -198,6 +198,12 @@ class SinkConnector:
         """The Spark packages (``headrace.runtime.jars.Package``) this sink needs."""
         return []
 
+    def refuses_updates(self) -> str | None:
+        """Why this sink cannot take the rows of Spark's update mode (a group's new value each
+        micro-batch that changes it), or None: it takes each update as a record (a log, a
+        topic, the console), or replaces a row by its key."""
+        return None
+
 
 def run_batch(df: Any) -> None:
     """Run a micro-batch's DataFrame to its end and discard its rows (Spark's ``noop`` writer),

@@ -167,6 +167,9 @@ class Postgres(SinkConnector):
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = None
 
+    def refuses_updates(self) -> str | None:
+        return None if self.key else "without key= it inserts each update as a new row"
+
     def __init__(self, table: str, dsn: str = DEFAULT_DSN, key: str | Sequence[str] | None = None,
                  create_table: bool = True, *, name: str | None = None, retries: int = DEFAULT_RETRIES,
                  retry_backoff: float = DEFAULT_FIRST_S, rewrite: bool = False):
