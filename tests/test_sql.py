@@ -363,3 +363,49 @@ def test_the_sql_example_counts_right_and_prints_what_docs_sql_md_shows(spark, c
                        for c in clicks)
     cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in printed]
     assert {(start, section): int(n) for start, _, section, n, _ in cells} == expected
+
+
+# -- the watermark is taken where event time is declared ---------------------------------------------
+
+def readings(name: str) -> tuple[hr.Pipeline, hr.Stream]:
+    """Two windows of readings and, last, a far-future 'close' reading sent to close them; no
+    end-of-input flush, so only that reading moves the watermark past the second window."""
+    batches = [[{"kind": "temp", "ts": 1_000}, {"kind": "temp", "ts": 1_500}, {"kind": "temp", "ts": 2_200}],
+               [{"kind": "close", "ts": 60_000}]]
+    p = hr.Pipeline(name)
+    return p, p.source("readings", TestSource(batches, schema={"kind": "string", "ts": "long"}, flush=False),
+                       event_time="ts")
+
+
+def optimized_plan(p: hr.Pipeline, spark, tmp_path) -> str:
+    from headrace.spark.compiler import compile_plan
+
+    frames = compile_plan(p.plan, spark, str(tmp_path / "compiled")).sink_frames
+    optimizer = spark._jsparkSession.sessionState().optimizer()  # Catalyst's rules, as the query will run them
+    return "\n".join(optimizer.execute(df._jdf.queryExecution().analyzed()).toString() for df in frames.values())
+
+
+def filter_above_watermark(plan: str, predicate: str) -> bool:
+    """Whether the Filter on ``predicate`` sits above (is printed before) EventTimeWatermark."""
+    lines = plan.split("\n")
+    filters = [i for i, line in enumerate(lines) if "Filter" in line and predicate in line]
+    watermark = next(i for i, line in enumerate(lines) if "EventTimeWatermark" in line)
+    return bool(filters) and all(i < watermark for i in filters)
+
+
+def test_a_filter_after_the_event_time_declaration_does_not_hide_records_from_the_watermark(spark, tmp_path):
+    expected = [(at(1_000), at(2_000), 2), (at(2_000), at(3_000), 1)]  # both windows, closed by the 'close' reading
+    p, stream = readings("filtered_watermark")
+    temps = stream.filter(hr.col("kind") != "close", name="temps")
+    temps.window(hr.Tumbling("1s"), name="per_second").count().sink("out", TestSink())
+    assert filter_above_watermark(optimized_plan(p, spark, tmp_path), "NOT (kind#")
+    assert "watermark taken here" in p.explain()
+    out = run_to_completion(p)
+    assert sorted((r["window_start"], r["window_end"], r["count"]) for r in out["out"]) == expected
+
+    q, _ = readings("sql_where_watermark")
+    q.sql("SELECT window, count(*) AS count FROM readings WHERE kind <> 'close' GROUP BY window(ts, '1 second')",
+          name="per_second").sink("out", TestSink())
+    assert filter_above_watermark(optimized_plan(q, spark, tmp_path), "NOT (kind#")
+    out = run_to_completion(q)
+    assert sorted((r["window_start"], r["window_end"], r["count"]) for r in out["out"]) == expected

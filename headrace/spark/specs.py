@@ -86,6 +86,12 @@ def python_chains(plan: Plan) -> list[list[str]]:
     return chains
 
 
+def _event_time_lowered_as(plan: Plan, node: Node) -> str:
+    from headrace.spark.compiler import WatermarkPlacement  # it reads these specs
+
+    return f"native Spark watermark (withWatermark); {WatermarkPlacement(plan).where_taken(node)}"
+
+
 def _python_lowered_as(plan: Plan, node: Node) -> str:
     for number, chain in enumerate(python_chains(plan), start=1):
         if node.name in chain:
@@ -168,7 +174,7 @@ SPECS: dict[str, NodeSpec] = {
     "table": NodeSpec(stateless.lower_table, "static DataFrame (broadcast)"),
     "native": NodeSpec(stateless.lower_native, "native Spark expressions", per_batch=True),
     "python": NodeSpec(stateless.lower_python, _python_lowered_as, per_batch=True),
-    "event_time": NodeSpec(stateless.lower_event_time, "native Spark watermark (withWatermark)",
+    "event_time": NodeSpec(stateless.lower_event_time, _event_time_lowered_as,
                            reads_control=True),
     "key_by": NodeSpec(stateless.lower_key_by, "native (keys used by the next aggregate)", per_batch=True),
     "rolling_aggregate": NodeSpec(lower_rolling, _rolling_lowered_as, stateful=True,
