@@ -216,4 +216,7 @@ def lower_dead_letters(node: DeadLettersNode, lowering: Lowering) -> DataFrame:
 
 
 def lower_sink(node: SinkNode, lowering: Lowering) -> DataFrame:
-    return without_result_time(without_control(lowering.input(node)))
+    df = without_result_time(without_control(lowering.input(node)))
+    if lowering.batch_id is None:  # compiling the query, before it starts (not inside a micro-batch)
+        node.connector.check_schema(df.schema, f"sink {node.name!r} ({node.defined_at})")
+    return df
