@@ -247,7 +247,31 @@ def shape_of(query: str, tree: exp.Expr) -> str:
                        "aggregate and aggregate it again in another pipeline", _keyword_position(query, "GROUP BY"))
     if not aggregating:
         return STATELESS
-    return WINDOWED if window_calls(tree) else AGGREGATE
+    if window_calls(tree):
+        return WINDOWED
+    _check_updates_are_exact(query, aggregating[0])
+    return AGGREGATE
+
+
+def _check_updates_are_exact(query: str, select: exp.Select) -> None:
+    """An aggregate without a window runs in update mode: each micro-batch emits the groups it
+    changed, and a sink keeps a group's last row. A filter on the aggregate's results (HAVING,
+    or a WHERE around it) would leave a group that stops matching in the sink with a value it
+    no longer has, since update mode emits nothing for it: refused."""
+    if select.args.get("having"):
+        raise _Refused("HAVING on a GROUP BY without a window is not supported on a stream: the query runs in "
+                       "update mode, and a group that stops matching HAVING would stay in the sink with an old "
+                       "value (update mode cannot take a row back); filter the results where they are stored, or "
+                       "group by window(...) (append mode: each window's final value, once)",
+                       _keyword_position(query, "HAVING"))
+    outer = select.find_ancestor(exp.Select)
+    while outer is not None:
+        if outer.args.get("where"):
+            raise _Refused("a WHERE on the results of a GROUP BY without a window is not supported on a stream: "
+                           "the query runs in update mode, and a group that stops matching would stay in the sink "
+                           "with an old value (update mode cannot take a row back); filter the results where they "
+                           "are stored, or group by window(...)", _position(query, outer.args["where"]))
+        outer = outer.find_ancestor(exp.Select)
 
 
 def keeps_column(tree: exp.Expr, column: str, qualifiers: set[str]) -> bool:
