@@ -570,6 +570,11 @@ def test_a_column_can_be_called_name_ttl_or_emit():
         f"filter ({FILE}:{line}): name= is the step's name and must be a string, got a column expression "
         "col('user'); a column called 'name' is added by select(...) or with_columns(...), e.g. "
         "with_columns(name=hr.col('x'))")
+    for misuse in (lambda: events.key_by(lambda e: e["user"], name=hr.col("user")),
+                   lambda: events.window(hr.Tumbling("1s"), name=hr.col("user")),
+                   lambda: keyed.count(name=hr.count()), lambda: keyed.sum("amount", name=hr.lit(1))):
+        with fails(r"name= is the step's name and must be a string, got (a column expression|an aggregate)"):
+            misuse()
     with fails(r"step name 3 must be a non-empty string"):
         events.map(lambda e: e, schema=EVENTS, name=3)
     with fails(r"step 'with_columns_2' .*: the column 'name' is given twice, in the mapping and as name="):

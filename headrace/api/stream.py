@@ -84,6 +84,10 @@ class Pipeline:
         return self.plan.name
 
     # -- building -------------------------------------------------------------------------
+    def _checked_name(self, given: str | None, kind: str) -> str | None:
+        """``given`` (a step name, or None for a generated one), refused when it is no string."""
+        return None if given is None else self._name(given, kind)
+
     def _name(self, given: str | None, kind: str) -> str:
         if given is not None:
             if isinstance(given, (Expr, Agg)):
@@ -399,6 +403,7 @@ class Stream:
             raise PlanError(f"key_by ({where}): give at least one field or a function")
         if len(keys) == 1 and callable(keys[0]):
             fn = keys[0]
+            name = self.pipeline._checked_name(name, "key_by")
             step = self.pipeline._name(name and f"{name}_fn", "key_fn")
             if "key" in dict(self.node.schema or ()):
                 raise self._fail(step, where, f"the stream from {self.node.name!r} already has a field 'key', which "
@@ -426,6 +431,7 @@ class Stream:
         ``trigger`` (default: on time when the watermark passes the end),
         ``allowed_lateness`` (late records still update a window this long after its end, each firing a
         late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy."""
+        name = self.pipeline._checked_name(name, "window")
         emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
         return WindowedStream(self, shape, (), name, user_location(), emission)
 
@@ -519,18 +525,23 @@ class KeyedStream(Stream):
                                                 aggs=checked, ttl_ms=_ttl(ttl, step, where)))
 
     def count(self, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "count")
         return self.aggregate(name=name or self.pipeline._name(None, "count"), ttl=ttl, count=Agg("count"))
 
     def sum(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "sum")
         return self.aggregate(name=name or self.pipeline._name(None, "sum"), ttl=ttl, sum=Agg("sum", column))
 
     def min(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "min")
         return self.aggregate(name=name or self.pipeline._name(None, "min"), ttl=ttl, min=Agg("min", column))
 
     def max(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "max")
         return self.aggregate(name=name or self.pipeline._name(None, "max"), ttl=ttl, max=Agg("max", column))
 
     def mean(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "mean")
         return self.aggregate(name=name or self.pipeline._name(None, "mean"), ttl=ttl, mean=Agg("mean", column))
 
     def reduce(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], *,
@@ -570,6 +581,7 @@ class KeyedStream(Stream):
         ``trigger`` (default: on time when the watermark passes the end),
         ``allowed_lateness`` (late records still update a window this long after its end, each firing a
         late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy."""
+        name = self.pipeline._checked_name(name, "window")
         emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
         return WindowedStream(self, shape, self.keys, name, user_location(), emission)
 
