@@ -130,6 +130,7 @@ class WatermarkPlacement:
         return "no watermark taken here: no window reads it, or a step after it declares it again"
 
     def _edges_below(self, name: str) -> list[tuple[str, str]]:
+        """The edges below step ``name`` on which the watermark is declared (``watermark_on_edge``)."""
         edges, todo, seen = [], [name], set()
         while todo:
             current = todo.pop()
