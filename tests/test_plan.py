@@ -609,3 +609,19 @@ def test_a_sink_that_cannot_take_updates_is_refused_when_the_pipeline_is_built(t
     q.sql("SELECT user, count(*) AS n FROM events GROUP BY user", name="per_user").sink("out", TestSink())
     with fails(r"sink 'files' .*: a Files sink cannot take the updates of step 'per_user' .*, which emits updates"):
         q.validate()
+
+
+def test_explain_says_where_the_watermark_is_taken():
+    p = hr.Pipeline("watermark_places")
+    events = source(p, event_time="ts")
+    big = events.filter(hr.col("amount") > 2, name="big")
+    big.key_by("user").window(hr.Tumbling("1s"), name="per_user").count().sink("out", TestSink())
+    assert "watermark taken here: the filters after it run above it" in p.explain()
+    q = hr.Pipeline("watermark_on_an_edge")
+    events = source(q, event_time="ts")
+    events.filter(lambda e: e["amount"] > 2, name="python_big").key_by("user").window(
+        hr.Tumbling("1s"), name="a").count().sink("a_out", TestSink())
+    events.key_by("user").window(hr.Tumbling("1s"), name="b").count().sink("b_out", TestSink())
+    line = next(x for x in q.explain().splitlines() if "lowered as: native Spark watermark" in x)
+    assert "watermark taken on the way into 'key_by_2' (a Python step with event time declares it again" in line
+    assert "above it" not in line
