@@ -93,9 +93,14 @@ def _event_time_lowered_as(plan: Plan, node: Node) -> str:
 
 
 def _python_lowered_as(plan: Plan, node: Node) -> str:
+    from headrace.spark.compiler import WatermarkPlacement  # it reads these specs
+
     for number, chain in enumerate(python_chains(plan), start=1):
         if node.name in chain:
-            return f"fused Python stage #{number} (mapInArrow: {' -> '.join(chain)})"
+            again = ("; the watermark is taken again on its output (Spark's watermark does not pass through "
+                     "Python): the records it drops do not move it" if WatermarkPlacement(plan).watermark_here(node)
+                     else "")
+            return f"fused Python stage #{number} (mapInArrow: {' -> '.join(chain)}){again}"
     raise AssertionError(f"{node.name} is in no Python chain")
 
 
