@@ -844,3 +844,35 @@ def test_validate_reports_every_error_of_a_file_at_once(tmp_path):
     report = json.loads(headrace("validate", "pipeline.yaml", "--json", cwd=tmp_path).stdout)
     assert report["valid"] is False and report["line"] == 4
     assert report["errors"] == [{"line": e.line, "error": str(e)} for e in errors]
+
+
+def test_declaration_errors_are_reported_with_the_others(tmp_path):
+    with pytest.raises(PipelineFileError) as caught:
+        load_pipeline_file(write(tmp_path, """
+            pipeline: declarations
+            sources:
+              lines: {type: TestSource, batches: [], schema: "line string"}
+              broken: 3
+            steps:
+              - name: bad
+                from: lines
+                select: [nope]
+              - name: upper
+                from: lines
+                filter: "length(line) > 2"
+              - name: upper
+                from: lines
+                filter: "length(line) > 3"
+              - name: from_broken
+                from: broken
+                filter: "x > 1"
+            sinks:
+              out: {type: TestSink, from: upper}
+              b: {type: TestSink, from: from_broken}
+              c: {type: TestSink, from: bad}
+            """), environ={})
+    assert [(e.line, e.subject, e.message[:40]) for e in caught.value.errors] == [
+        (4, "source 'broken'", "expected its settings as a mapping (type"),
+        (8, "step 'bad'", "unknown column 'nope'; the stream from '"),
+        (12, "step 'upper'", "the name is already used by the step at "),
+    ]

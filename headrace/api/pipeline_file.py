@@ -125,6 +125,7 @@ class _FileBuilder:
         self.pipeline: Pipeline = None  # type: ignore[assignment]  # set first thing in build()
         self.errors: list[PipelineFileError] = []  # found so far; build() reports them all
         self.failed: set[str] = set()  # sources, tables and steps that could not be built
+        self.undeclared = False  # whether some declaration was refused (its name may be unknown)
 
     # -- errors ---------------------------------------------------------------------------------
     def fail(self, where: Located | int, subject: str, message: str) -> PipelineFileError:
@@ -182,6 +183,7 @@ class _FileBuilder:
         check_keys(self, doc, TOP_KEYS, "", "the file")
         self._pipeline()
         self._declarations()
+        self.undeclared = bool(self.errors)
         for name in self.sources:
             with self.collecting(name):
                 self.stream_of(name, self.sources[name].line)
@@ -243,24 +245,31 @@ class _FileBuilder:
                 raise self.fail(node, "", f"{section}: is a mapping of names to their settings, got {node.describe()}")
             kind = {"sources": "source", "tables": "table", "sinks": "sink", "sink_groups": "sink group"}[section]
             for name, spec in node.items():
-                if not spec.is_map:
-                    raise self.fail(node.line_of(name), f"{kind} '{name}'", f"expected its settings as a mapping "
-                                                                            f"(type: ..., ...), got {spec.describe()}")
-                spec.line = node.line_of(name)
-                self._declare(name, kind, spec)
-                into[name] = spec
+                with self.collecting():
+                    if not spec.is_map:
+                        if name not in self.kind_of:  # known, so what reads it is skipped, not refused again
+                            self.kind_of[name] = kind
+                            self.failed.add(name)
+                        raise self.fail(node.line_of(name), f"{kind} '{name}'", "expected its settings as a mapping "
+                                                                                f"(type: ..., ...), got "
+                                                                                f"{spec.describe()}")
+                    spec.line = node.line_of(name)
+                    self._declare(name, kind, spec)
+                    into[name] = spec
         steps = doc.get("steps")
         if steps is not None:
             if not steps.is_list:
                 raise self.fail(steps, "", "steps: is a list of steps, each `- name: ...`")
             for item in steps.value:
-                if not item.is_map or "name" not in item:
-                    raise self.fail(item, "", "each step is a mapping that starts with `name:`")
-                name = item["name"].text
-                if not name:
-                    raise self.fail(item["name"], "", f"a step's name must be text, got {item['name'].describe()}")
-                self._declare(name, "step", item)
-                self.steps[name] = item
+                with self.collecting():
+                    if not item.is_map or "name" not in item:
+                        raise self.fail(item, "", "each step is a mapping that starts with `name:`")
+                    name = item["name"].text
+                    if not name:
+                        raise self.fail(item["name"], "", f"a step's name must be text, got "
+                                                          f"{item['name'].describe()}")
+                    self._declare(name, "step", item)
+                    self.steps[name] = item
         dead_letters_of: set[str] = set()  # sources a dead_letters step names (it reads them, not their stream)
         for name, spec in self.steps.items():
             for ref in _references(spec):
@@ -277,6 +286,7 @@ class _FileBuilder:
     def _declare(self, name: str, kind: str, spec: Located) -> None:
         if name in self.kind_of:
             first = self.decl[name]
+            self.failed.add(name)  # which of the two a `from:` means is unknown: what reads it is skipped
             raise self.fail(spec, f"{kind} '{name}'", f"the name is already used by the {self.kind_of[name]} at line "
                                                       f"{first.line}; every source, table, step and sink needs a "
                                                       "name of its own")
@@ -310,6 +320,8 @@ class _FileBuilder:
         records its multiplexing selector routes to ``reader``."""
         name = ref.text
         subject = f"{self.kind_of[reader]} '{reader}'"
+        if name in self.failed or (name not in self.kind_of and self.undeclared):
+            raise _Unbuilt(str(name))  # (a name no declaration has may be one whose declaration is wrong)
         if not name or self.kind_of.get(name) not in ("source", "step"):
             streams = [n for n, kind in self.kind_of.items() if kind in ("source", "step")]
             what = f"the {self.kind_of[name]} {name!r}" if name in self.kind_of else ref.describe()
