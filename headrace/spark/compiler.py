@@ -228,8 +228,9 @@ class Lowering(WatermarkPlacement):
         if name not in self.watermarked:
             producer, delay = self.plan.nodes[name], self.watermark_delay(name)
             assert producer.event_time is not None and delay is not None
+            takers = [c.name for c in self.plan.consumers(name) if self.watermark_on_edge(name, c.name)]
             self.watermarked[name] = with_watermark(df, producer.event_time, delay,
-                                                    barrier=self.filters_before_window([node.name]))
+                                                    barrier=self.filters_before_window(takers))
         return self.watermarked[name]
 
 
