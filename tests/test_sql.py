@@ -404,8 +404,16 @@ def test_a_filter_after_the_event_time_declaration_does_not_hide_records_from_th
     temps.window(hr.Tumbling("1s"), name="per_second").count().sink("out", TestSink())
     assert filter_above_watermark(optimized_plan(p, spark, tmp_path), "NOT (kind#")
     assert "watermark taken here" in p.explain()
+    # run with a second branch through a Python step, which takes the watermark again: the first
+    # branch then takes it on the way into its filter, and still sees every record
+    p, stream = readings("filtered_watermark_branches")
+    stream.filter(lambda r: True, name="everything").window(hr.Tumbling("1s"), name="all").count().sink("a", TestSink())
+    temps = stream.filter(hr.col("kind") != "close", name="temps")
+    temps.window(hr.Tumbling("1s"), name="per_second").count().sink("out", TestSink())
+    assert "watermark taken on the way into 'temps'" in p.explain()
     out = run_to_completion(p)
-    assert sorted((r["window_start"], r["window_end"], r["count"]) for r in out["out"]) == expected
+    for sink in ("a", "out"):
+        assert sorted((r["window_start"], r["window_end"], r["count"]) for r in out[sink]) == expected
 
     q, _ = readings("sql_where_watermark")
     q.sql("SELECT window, count(*) AS count FROM readings WHERE kind <> 'close' GROUP BY window(ts, '1 second')",
