@@ -75,7 +75,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except PlanError as exc:
         if not args.json:
             raise
-        print(json.dumps({"file": args.file, "valid": False, "line": getattr(exc, "line", 0), "error": str(exc)}))
+        errors = [{"line": getattr(e, "line", 0), "error": str(e)} for e in getattr(exc, "errors", [exc])]
+        print(json.dumps({"file": args.file, "valid": False, **errors[0], "errors": errors}))
         return 1
     summary = plan_summary(pipeline)
     if args.json:
@@ -285,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     except HeadraceError as exc:
         if getattr(args, "verbose", False) and exc.trace:
             print(exc.trace, file=sys.stderr)
-        print(f"headrace: {exc}", file=sys.stderr)
+        for error in getattr(exc, "errors", [exc]):  # a pipeline file's errors, one per line
+            print(f"headrace: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         print(f"headrace: {exc or 'interrupted'}", file=sys.stderr)

@@ -68,5 +68,20 @@ class PipelineFileError(PlanError):
 
     def __init__(self, path: str, line: int, subject: str, message: str) -> None:
         self.path, self.line, self.subject, self.message = path, line, subject, message
+        self.errors: list[PipelineFileError] = [self]  # every error found in the file (``PipelineFileErrors``)
         where = f"{path}:{line}" if line else path
         super().__init__(f"{where}: {subject}: {message}" if subject else f"{where}: {message}")
+
+
+class PipelineFileErrors(PipelineFileError):
+    """Several errors of one pipeline file, found at once: reads as the first (``line``,
+    ``subject``, ``message``); ``errors`` has them all, by line; the text is one per line."""
+
+    def __init__(self, errors: list[PipelineFileError]) -> None:
+        first = errors[0]
+        super().__init__(first.path, first.line, first.subject, first.message)
+        self.errors = list(errors)
+        self.args = ("\n".join(str(e) for e in errors),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])

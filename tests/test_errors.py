@@ -164,3 +164,29 @@ def test_good_records_before_a_failure_are_not_lost_silently(spark, tmp_path):
     message = run_failing(p, tmp_path)
     assert message.startswith(f"step 'parse' (parse at {FILE}:{line_of(parse)}) raised ValueError")
     assert sink.rows() == [{"order_id": 1, "cents": 1200}]
+
+
+def test_a_postgres_table_whose_columns_do_not_fit_the_stream_is_refused_before_the_first_batch(spark, pg,
+                                                                                                 tmp_path):
+    from conftest import PG_DSN
+
+    table = f"hr_err_schema_{abs(hash(str(tmp_path))) % 10**8}"
+    pg.execute(f'DROP TABLE IF EXISTS "{table}"')
+    pg.execute(f'CREATE TABLE "{table}" (order_id bigint, day date)')
+    p, orders = orders_pipeline("sink_schema", [[], [], [GOOD]])
+    line = line_of(test_a_postgres_table_whose_columns_do_not_fit_the_stream_is_refused_before_the_first_batch) + 9
+    orders.select("order_id", day=hr.col("order_id")).sink("db", hr.sinks.Postgres(table, dsn=PG_DSN))
+    with pytest.raises(hr.SinkError) as error:
+        run_to_completion(p, state_dir=str(tmp_path / "a"))
+    assert str(error.value) == (
+        f"sink 'db' ({FILE}:{line}): the stream's column 'day' is a long (PostgreSQL bigint), and column 'day' of "
+        f"table '{table}' is a date, which PostgreSQL cannot cast it to (cannot cast type bigint to date); cast the "
+        "column in the pipeline, or change the table's column")
+    assert not list(tmp_path.glob("a/**/commits/0"))  # refused at start: no micro-batch ran
+    p, orders = orders_pipeline("sink_columns", [[GOOD]])
+    orders.select("order_id", when=hr.col("amount")).sink("db", hr.sinks.Postgres(table, dsn=PG_DSN))
+    with pytest.raises(hr.SinkError, match=rf"sink 'db' .*: table '{table}' has no column 'when' \(it has "
+                                           r"order_id, day\); add it to the table or drop it from the stream"):
+        run_to_completion(p, state_dir=str(tmp_path / "b"))
+    assert pg.execute(f'SELECT count(*) FROM "{table}"').fetchone() == (0,)
+    pg.execute(f'DROP TABLE "{table}"')

@@ -707,7 +707,9 @@ def test_validate_prints_a_summary_or_the_error_with_its_line(tmp_path):
     assert result.stderr == ("headrace: bad.yaml:14: step 'big': the step does nothing (did you mean 'filter'?): "
                              f"give it one action, {', '.join(STEP_KINDS)}\n")
     report = json.loads(headrace("validate", str(bad), "--json", cwd=tmp_path).stdout)
-    assert report == {"file": str(bad), "valid": False, "line": 14, "error": result.stderr[len("headrace: "):-1]}
+    error = result.stderr[len("headrace: "):-1]
+    assert report == {"file": str(bad), "valid": False, "line": 14, "error": error,
+                      "errors": [{"line": 14, "error": error}]}
     assert headrace("validate", "nowhere.yaml", cwd=tmp_path).stderr == "headrace: error: no such file: nowhere.yaml\n"
     result = headrace("validate", str(EXAMPLES / "word_count.py"), cwd=tmp_path)  # a Python file too
     assert result.stdout.endswith("word_count.py: pipeline 'word_count' is valid: 1 source, 3 steps, 1 sink; "
@@ -773,3 +775,104 @@ def test_init_then_validate_then_run_the_scaffold(spark, tmp_path, monkeypatch):
     scaffold_tests.test_add_tax()
     (tmp_path / "own").mkdir()
     scaffold_tests.test_the_pipeline_saves_the_big_orders(tmp_path / "own", monkeypatch)
+
+
+def test_a_file_can_compute_columns_called_name_ttl_and_emit(tmp_path):
+    p = load_pipeline_file(write(tmp_path, """
+        pipeline: column_names
+        sources:
+          lines: {type: TestSource, batches: [], schema: "line string, ts long", event_time: ts}
+        steps:
+          - name: named
+            from: lines
+            with_columns: {name: "upper(line)"}
+          - name: keyed
+            from: named
+            key_by: name
+          - name: per_name
+            from: keyed
+            aggregate: {ttl: count, total: count}
+          - name: windows
+            from: keyed
+            window: {tumbling: 1s, aggregate: {emit: count}, emit: updates}
+        sinks:
+          out: {type: TestSink, from: per_name}
+          w: {type: TestSink, from: windows}
+        """), environ={})
+    assert [f for f, _ in p.plan.nodes["named"].schema] == ["line", "ts", "name"]
+    assert [f for f, _ in p.plan.nodes["per_name"].schema] == ["name", "ttl", "total"]
+    assert [f for f, _ in p.plan.nodes["windows"].schema][-1] == "emit"
+
+
+def test_validate_reports_every_error_of_a_file_at_once(tmp_path):
+    text = """
+        pipeline: many_errors
+        sources:
+          lines: {type: TestSource, batches: [], schema: "line string, n long"}
+          other: {type: Nowhere}
+        steps:
+          - name: big
+            from: lines
+            select: [line, nope]
+          - name: bigger
+            from: big
+            filter: "n > 3"
+          - name: doubled
+            from: lines
+            fliter: "n > 1"
+          - name: kept
+            from: lines
+            select: [line, n]
+        sinks:
+          out: {type: TestSink, from: bigger}
+          kept_out: {type: TestSink, from: kept}
+          d: {type: TestSink, from: doubled}
+          o: {type: TestSink, from: other}
+    """
+    with pytest.raises(PipelineFileError) as caught:
+        load_pipeline_file(write(tmp_path, text), environ={})
+    errors = caught.value.errors
+    assert [(e.line, e.subject) for e in errors] == [(4, "source 'other'"), (8, "step 'big'"), (12, "step 'doubled'")]
+    assert "unknown source type 'Nowhere'" in errors[0].message
+    assert "unknown column 'nope'" in errors[1].message
+    assert "the step does nothing (did you mean 'filter'?)" in errors[2].message
+    assert str(caught.value) == "\n".join(str(e) for e in errors)
+    assert caught.value.line == 4  # the first error's line, as for one error
+    result = headrace("validate", "pipeline.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == "".join(f"headrace: {e}\n" for e in errors)
+    report = json.loads(headrace("validate", "pipeline.yaml", "--json", cwd=tmp_path).stdout)
+    assert report["valid"] is False and report["line"] == 4
+    assert report["errors"] == [{"line": e.line, "error": str(e)} for e in errors]
+
+
+def test_declaration_errors_are_reported_with_the_others(tmp_path):
+    with pytest.raises(PipelineFileError) as caught:
+        load_pipeline_file(write(tmp_path, """
+            pipeline: declarations
+            sources:
+              lines: {type: TestSource, batches: [], schema: "line string"}
+              broken: 3
+            steps:
+              - name: bad
+                from: lines
+                select: [nope]
+              - name: upper
+                from: lines
+                filter: "length(line) > 2"
+              - name: upper
+                from: lines
+                filter: "length(line) > 3"
+              - name: from_broken
+                from: broken
+                filter: "x > 1"
+            sinks:
+              out: {type: TestSink, from: upper}
+              b: {type: TestSink, from: from_broken}
+              c: {type: TestSink, from: bad}
+            """), environ={})
+    assert [(e.line, e.subject, e.message[:40]) for e in caught.value.errors] == [
+        (4, "source 'broken'", "expected its settings as a mapping (type"),
+        (8, "step 'bad'", "unknown column 'nope'; the stream from '"),
+        (12, "step 'upper'", "the name is already used by the step at "),
+    ]

@@ -542,3 +542,86 @@ def test_building_a_plan_never_starts_spark():
         "print(SparkContext._gateway is None and SparkContext._active_spark_context is None)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "True", result.stderr
+
+
+# -- columns called like a step's options --------------------------------------------------------
+
+def test_a_column_can_be_called_name_ttl_or_emit():
+    """A keyword argument that holds a column expression (or an aggregate) is a column, whatever
+    it is called; a mapping names columns beside a step name; a wrong step name says why."""
+    p = hr.Pipeline("column_names")
+    events = source(p, event_time="ts")
+    assert events.select("user", name=hr.col("kind"), n=hr.col("amount")).node.schema == (
+        ("user", "string"), ("name", "string"), ("n", "long"))
+    tagged = events.with_columns(name=hr.col("user"))
+    assert (tagged.node.name, tagged.node.schema[-1]) == ("with_columns", ("name", "string"))
+    named = events.with_columns({"name": hr.col("amount")}, name="tag")
+    assert (named.node.name, named.node.schema[-1]) == ("tag", ("name", "long"))
+    keyed = events.key_by("user")
+    rolling = keyed.aggregate(name=hr.count(), ttl=hr.sum("amount"))
+    assert rolling.node.schema == (("user", "string"), ("name", "long"), ("ttl", "long"))
+    assert keyed.aggregate({"name": hr.count()}, name="per_user").node.name == "per_user"
+    windowed = keyed.window(hr.Tumbling("1s")).aggregate(emit=hr.count(), name=hr.max("amount"))
+    assert windowed.node.schema[-2:] == (("emit", "long"), ("name", "long"))
+    with pytest.raises(hr.PlanError) as error:
+        line = next_line()
+        events.filter(hr.col("amount") > 0, name=hr.col("user"))
+    assert str(error.value) == (
+        f"filter ({FILE}:{line}): name= is the step's name and must be a string, got a column expression "
+        "col('user'); a column called 'name' is added by select(...) or with_columns(...), e.g. "
+        "with_columns(name=hr.col('x'))")
+    for misuse in (lambda: events.key_by(lambda e: e["user"], name=hr.col("user")),
+                   lambda: events.window(hr.Tumbling("1s"), name=hr.col("user")),
+                   lambda: keyed.count(name=hr.count()), lambda: keyed.sum("amount", name=hr.lit(1))):
+        with fails(r"name= is the step's name and must be a string, got (a column expression|an aggregate)"):
+            misuse()
+    with fails(r"step name 3 must be a non-empty string"):
+        events.map(lambda e: e, schema=EVENTS, name=3)
+    with fails(r"step 'with_columns_2' .*: the column 'name' is given twice, in the mapping and as name="):
+        events.with_columns({"name": hr.lit(1)}, name=hr.lit(2))
+
+
+def test_a_sink_that_cannot_take_updates_is_refused_when_the_pipeline_is_built(tmp_path):
+    p = hr.Pipeline("updates_into_files")
+    count_line = next_line()
+    counts = source(p).key_by("user").count(name="per_user")
+    with pytest.raises(hr.PlanError) as error:
+        line = next_line()
+        counts.sink("files", hr.sinks.Files(str(tmp_path / "out"), format="jsonl"))
+    assert str(error.value) == (
+        f"sink 'files' ({FILE}:{line}): a Files sink cannot take the updates of step 'per_user' ({FILE}:{count_line}), "
+        "which emits updates (Spark's update mode: each micro-batch emits again every group it changed): files keep "
+        "every row they are given, so each group's updates would pile up as rows; write the updates to a sink that "
+        "replaces a row by its key (hr.sinks.Postgres(..., key=[...]), hr.sinks.Delta(..., key=[...])), or emit each "
+        "result once (a window with emit='final')")
+    with fails(r"sink 'table' .*: a Postgres sink cannot take the updates of step 'per_user'.*: without key= it "
+               "inserts each update as a new row"):
+        counts.sink("table", hr.sinks.Postgres("per_user_counts"))
+    with fails(r"sink 'backup' .*: a Failover sink \(its member 'backup', a Files sink\) cannot take the updates"):
+        counts.sink("backup", hr.sinks.Failover(hr.sinks.Console(), hr.sinks.Files(str(tmp_path / "b"))))
+    counts.sink("upserted", hr.sinks.Postgres("per_user_counts", key="user"))
+    counts.sink("console", hr.sinks.Console())
+    p.validate()
+    # a sink added before the step that emits updates is refused when the pipeline is checked
+    q = hr.Pipeline("sql_updates_into_files")
+    clicks = source(q)
+    clicks.sink("files", hr.sinks.Files(str(tmp_path / "c")))
+    q.sql("SELECT user, count(*) AS n FROM events GROUP BY user", name="per_user").sink("out", TestSink())
+    with fails(r"sink 'files' .*: a Files sink cannot take the updates of step 'per_user' .*, which emits updates"):
+        q.validate()
+
+
+def test_explain_says_where_the_watermark_is_taken():
+    p = hr.Pipeline("watermark_places")
+    events = source(p, event_time="ts")
+    big = events.filter(hr.col("amount") > 2, name="big")
+    big.key_by("user").window(hr.Tumbling("1s"), name="per_user").count().sink("out", TestSink())
+    assert "watermark taken here: the filters after it run above it" in p.explain()
+    q = hr.Pipeline("watermark_on_an_edge")
+    events = source(q, event_time="ts")
+    events.filter(lambda e: e["amount"] > 2, name="python_big").key_by("user").window(
+        hr.Tumbling("1s"), name="a").count().sink("a_out", TestSink())
+    events.key_by("user").window(hr.Tumbling("1s"), name="b").count().sink("b_out", TestSink())
+    line = next(x for x in q.explain().splitlines() if "lowered as: native Spark watermark" in x)
+    assert "watermark taken on the way into 'key_by_2' (a Python step with event time declares it again" in line
+    assert "above it" not in line

@@ -102,6 +102,13 @@ def test_a_window_on_a_stream_without_event_time_is_refused():
     ("SELECT * FROM clicks LIMIT 3", "LIMIT is not supported"),
     ("SELECT url, max(ts) OVER (PARTITION BY user) FROM clicks", r"OVER \(...\) window functions"),
     ("SELECT count(DISTINCT url) FROM clicks", "approx_count_distinct"),
+    ("SELECT DISTINCT url, count(*) FROM clicks GROUP BY url",
+     "DISTINCT on the result of GROUP BY or an aggregate is a second aggregation"),
+    ("SELECT u FROM (SELECT DISTINCT user AS u FROM clicks)", "DISTINCT in a nested query"),
+    ("SELECT url, count(*) AS n FROM clicks GROUP BY url HAVING count(*) < 3",
+     "HAVING on a GROUP BY without a window is not supported on a stream: the query runs in update mode"),
+    ("SELECT * FROM (SELECT url, count(*) AS n FROM clicks GROUP BY url) WHERE n < 3",
+     "a WHERE on the results of a GROUP BY without a window is not supported"),
     ("SELECT n, count(*) FROM (SELECT url, count(*) AS n FROM clicks GROUP BY url) GROUP BY n",
      "the query aggregates twice"),
     ("SELECT * FROM users", "the query reads no stream, only tables"),
@@ -286,6 +293,26 @@ def test_a_word_count_in_sql_over_a_flat_map_of_lines(spark):
     assert changed == [6, 4]  # each micro-batch emits the words it changed
 
 
+def test_select_distinct_emits_each_distinct_row_once_ever(spark):
+    orders = [[{"order_id": 1, "customer": "ann"}, {"order_id": 1, "customer": "ann"},
+               {"order_id": 2, "customer": "bob"}],
+              [{"order_id": 1, "customer": "ann"}, {"order_id": 3, "customer": "ann"}],
+              [{"order_id": 2, "customer": "bob"}, {"order_id": 3, "customer": "ann"}]]
+    p = hr.Pipeline("sql_distinct")
+    p.source("orders", TestSource(orders, schema={"order_id": "long", "customer": "string"}))
+    distinct = p.sql("SELECT DISTINCT order_id, customer\n  FROM orders", name="distinct_orders")
+    sink = TestSink()
+    distinct.sink("out", sink)
+    assert distinct.node.shape == "distinct" and output_mode(p.plan) == "append"
+    assert "dropDuplicates" in p.explain()
+    run_to_completion(p)
+    seen: list[tuple] = []
+    for batch in orders:
+        seen += [r for r in dict.fromkeys((o["order_id"], o["customer"]) for o in batch) if r not in seen]
+    assert sorted((r["order_id"], r["customer"]) for r in sink.rows()) == sorted(seen)  # each once, ever
+    assert [len(sink.batches[b]) for b in sorted(sink.batches) if sink.batches[b]] == [2, 1]
+
+
 def test_a_spark_analysis_error_names_the_step_and_points_at_the_query(spark):
     p = clicks_pipeline("sql_bad_column", CLICK_BATCHES[:1], event_time=False)
     line = next_line()
@@ -340,3 +367,57 @@ def test_the_sql_example_counts_right_and_prints_what_docs_sql_md_shows(spark, c
                        for c in clicks)
     cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in printed]
     assert {(start, section): int(n) for start, _, section, n, _ in cells} == expected
+
+
+# -- the watermark is taken where event time is declared ---------------------------------------------
+
+def readings(name: str) -> tuple[hr.Pipeline, hr.Stream]:
+    """Two windows of readings and, last, a far-future 'close' reading sent to close them; no
+    end-of-input flush, so only that reading moves the watermark past the second window."""
+    batches = [[{"kind": "temp", "ts": 1_000}, {"kind": "temp", "ts": 1_500}, {"kind": "temp", "ts": 2_200}],
+               [{"kind": "close", "ts": 60_000}]]
+    p = hr.Pipeline(name)
+    return p, p.source("readings", TestSource(batches, schema={"kind": "string", "ts": "long"}, flush=False),
+                       event_time="ts")
+
+
+def optimized_plan(p: hr.Pipeline, spark, tmp_path) -> str:
+    from headrace.spark.compiler import compile_plan
+
+    frames = compile_plan(p.plan, spark, str(tmp_path / "compiled")).sink_frames
+    optimizer = spark._jsparkSession.sessionState().optimizer()  # Catalyst's rules, as the query will run them
+    return "\n".join(optimizer.execute(df._jdf.queryExecution().analyzed()).toString() for df in frames.values())
+
+
+def filter_above_watermark(plan: str, predicate: str) -> bool:
+    """Whether the Filter on ``predicate`` sits above (is printed before) EventTimeWatermark."""
+    lines = plan.split("\n")
+    filters = [i for i, line in enumerate(lines) if "Filter" in line and predicate in line]
+    watermark = next(i for i, line in enumerate(lines) if "EventTimeWatermark" in line)
+    return bool(filters) and all(i < watermark for i in filters)
+
+
+def test_a_filter_after_the_event_time_declaration_does_not_hide_records_from_the_watermark(spark, tmp_path):
+    expected = [(at(1_000), at(2_000), 2), (at(2_000), at(3_000), 1)]  # both windows, closed by the 'close' reading
+    p, stream = readings("filtered_watermark")
+    temps = stream.filter(hr.col("kind") != "close", name="temps")
+    temps.window(hr.Tumbling("1s"), name="per_second").count().sink("out", TestSink())
+    assert filter_above_watermark(optimized_plan(p, spark, tmp_path), "NOT (kind#")
+    assert "watermark taken here" in p.explain()
+    # run with a second branch through a Python step, which takes the watermark again: the first
+    # branch then takes it on the way into its filter, and still sees every record
+    p, stream = readings("filtered_watermark_branches")
+    stream.filter(lambda r: True, name="everything").window(hr.Tumbling("1s"), name="all").count().sink("a", TestSink())
+    temps = stream.filter(hr.col("kind") != "close", name="temps")
+    temps.window(hr.Tumbling("1s"), name="per_second").count().sink("out", TestSink())
+    assert "watermark taken on the way into 'temps'" in p.explain()
+    out = run_to_completion(p)
+    for sink in ("a", "out"):
+        assert sorted((r["window_start"], r["window_end"], r["count"]) for r in out[sink]) == expected
+
+    q, _ = readings("sql_where_watermark")
+    q.sql("SELECT window, count(*) AS count FROM readings WHERE kind <> 'close' GROUP BY window(ts, '1 second')",
+          name="per_second").sink("out", TestSink())
+    assert filter_above_watermark(optimized_plan(q, spark, tmp_path), "NOT (kind#")
+    out = run_to_completion(q)
+    assert sorted((r["window_start"], r["window_end"], r["count"]) for r in out["out"]) == expected

@@ -87,10 +87,7 @@ def _select(step: StepContext) -> Any:
 def _with_columns(step: StepContext) -> Any:
     """Add or replace columns: {name: SQL expression, ...}."""
     columns = {out: step.expression(value) for out, value in step.mapping(step.action, "with_columns").items()}
-    if "name" in columns:
-        raise step.fail(step.action, "a column called 'name' cannot be set by with_columns (the fluent API takes "
-                                     "name= as the step's name); compute it in a select step")
-    return step.input.with_columns(name=step.name, **columns)
+    return step.input.with_columns(columns, name=step.name)
 
 
 @step_kind("event_time", options=("max_out_of_orderness",))
@@ -163,7 +160,7 @@ def _aggregate(step: StepContext) -> Any:
     """Running aggregates per key ({name: count | sum(col) | min(col) | max(col) | mean(col)})."""
     keyed = step.keyed_input("aggregate")
     ttl = step.option("ttl")
-    return keyed.aggregate(name=step.name, ttl=ttl.value if ttl else None, **aggregates_of(step, step.action))
+    return keyed.aggregate(aggregates_of(step, step.action), name=step.name, ttl=ttl.value if ttl else None)
 
 
 @step_kind("reduce", options=("ttl",))
@@ -223,7 +220,7 @@ def _window(step: StepContext) -> Any:
                                  accumulation=accumulation.value if accumulation else "accumulating", name=step.name)
     if result == "aggregate":
         emit = spec.get("emit")
-        return windowed.aggregate(emit=emit.value if emit else "final", **aggregates_of(step, spec["aggregate"]))
+        return windowed.aggregate(aggregates_of(step, spec["aggregate"]), emit=emit.value if emit else "final")
     if result == "reduce":
         return windowed.reduce(step.function(spec["reduce"]))
     return windowed.process(step.function(spec["process"]),

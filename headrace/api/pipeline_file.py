@@ -41,7 +41,7 @@ from headrace.api.selectors import MULTIPLEXING, REPLICATING, Multiplexing
 from headrace.api.stream import KeyedStream, Pipeline, Stream, Table
 from headrace.code_locations import declared_at
 from headrace.connectors.failover import Failover
-from headrace.errors import PipelineFileError, PlanError
+from headrace.errors import PipelineFileError, PipelineFileErrors, PlanError
 from headrace.expr import Expr, col, expr, lit
 
 TOP_KEYS = ("pipeline", "guarantee", "trigger", "batch_duration", "sources", "tables", "steps", "sinks",
@@ -89,6 +89,10 @@ def plan_summary(pipeline: Pipeline) -> dict[str, Any]:
             "sinks": sinks, "tables": tables, "guarantee": guarantee.value}
 
 
+class _Unbuilt(Exception):
+    """A declaration reads one that could not be built (its error is already reported)."""
+
+
 class _CurrentStderr:
     """Writes to whatever ``sys.stderr`` is when a sink prints (a Console sink's ``out: stderr``)."""
 
@@ -119,6 +123,9 @@ class _FileBuilder:
         self.building: list[str] = []
         self.unread: list[str] = []  # sources and steps nothing reads
         self.pipeline: Pipeline = None  # type: ignore[assignment]  # set first thing in build()
+        self.errors: list[PipelineFileError] = []  # found so far; build() reports them all
+        self.failed: set[str] = set()  # sources, tables and steps that could not be built
+        self.undeclared = False  # whether some declaration was refused (its name may be unknown)
 
     # -- errors ---------------------------------------------------------------------------------
     def fail(self, where: Located | int, subject: str, message: str) -> PipelineFileError:
@@ -152,6 +159,21 @@ class _FileBuilder:
             return self.fail(int(match.group("line")), subject, rest)
         return self.fail(int(match.group("line")), subject, f"{head}: {rest}")
 
+    @contextmanager
+    def collecting(self, name: str = "") -> Iterator[None]:
+        """Build one declaration; an error in it is kept, and the build goes on with the next one,
+        so that ``headrace validate`` reports every error at once. What it reads could not be
+        built (an error already kept) skips it: no second error for the same cause."""
+        try:
+            yield
+        except PipelineFileError as exc:
+            self.errors.append(exc)
+            self.failed.update([*self.building, name] if name else self.building)
+        except _Unbuilt:
+            self.failed.update([*self.building, name] if name else self.building)
+        finally:
+            self.building.clear()
+
     # -- the file ---------------------------------------------------------------------------------
     def build(self) -> Pipeline:
         doc = self.doc
@@ -161,26 +183,39 @@ class _FileBuilder:
         check_keys(self, doc, TOP_KEYS, "", "the file")
         self._pipeline()
         self._declarations()
+        self.undeclared = bool(self.errors)
         for name in self.sources:
-            self.stream_of(name, self.sources[name].line)
+            with self.collecting(name):
+                self.stream_of(name, self.sources[name].line)
         for name, spec in self.tables.items():
-            self._table(name, spec)
+            with self.collecting(name):
+                self._table(name, spec)
         for name in self.steps:
-            self.stream_of(name, self.steps[name].line)
-        grouped = self._group_members()
-        for name, spec in self.sinks.items():
+            with self.collecting(name):
+                self.stream_of(name, self.steps[name].line)
+        grouped: dict[str, str] | None = None  # None: a sink group is wrong, its members unknown
+        with self.collecting():
+            grouped = self._group_members()
+        for name, spec in self.sinks.items() if grouped is not None else ():
             if name not in grouped:
-                self._sink(name, spec)
-        for name, spec in self.groups.items():
-            self._sink_group(name, spec)
-        for name in self.unread:
-            raise self.fail(self.decl[name], f"{self.kind_of[name]} '{name}'",
-                            "nothing reads it: name it in the `from:` of a step or sink, or remove it")
-        guarantee = doc.line_of("guarantee") if "guarantee" in doc else doc.line_of("pipeline")
-        try:
-            self.pipeline.validate()
-        except PlanError as exc:
-            raise self.relocate(exc, guarantee, "") from None
+                with self.collecting():
+                    self._sink(name, spec)
+        for name, spec in self.groups.items() if grouped is not None else ():
+            with self.collecting():
+                self._sink_group(name, spec)
+        for name in self.unread if not self.errors else ():  # else: often a `from:` with an error in it
+            self.errors.append(self.fail(self.decl[name], f"{self.kind_of[name]} '{name}'",
+                                         "nothing reads it: name it in the `from:` of a step or sink, or remove it"))
+        if not self.errors:  # the whole plan's checks need every part of it
+            guarantee = doc.line_of("guarantee") if "guarantee" in doc else doc.line_of("pipeline")
+            try:
+                self.pipeline.validate()
+            except PlanError as exc:
+                raise self.relocate(exc, guarantee, "") from None
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise PipelineFileErrors(sorted(self.errors, key=lambda e: e.line))
         return self.pipeline
 
     def _pipeline(self) -> None:
@@ -210,24 +245,31 @@ class _FileBuilder:
                 raise self.fail(node, "", f"{section}: is a mapping of names to their settings, got {node.describe()}")
             kind = {"sources": "source", "tables": "table", "sinks": "sink", "sink_groups": "sink group"}[section]
             for name, spec in node.items():
-                if not spec.is_map:
-                    raise self.fail(node.line_of(name), f"{kind} '{name}'", f"expected its settings as a mapping "
-                                                                            f"(type: ..., ...), got {spec.describe()}")
-                spec.line = node.line_of(name)
-                self._declare(name, kind, spec)
-                into[name] = spec
+                with self.collecting():
+                    if not spec.is_map:
+                        if name not in self.kind_of:  # known, so what reads it is skipped, not refused again
+                            self.kind_of[name] = kind
+                            self.failed.add(name)
+                        raise self.fail(node.line_of(name), f"{kind} '{name}'", "expected its settings as a mapping "
+                                                                                f"(type: ..., ...), got "
+                                                                                f"{spec.describe()}")
+                    spec.line = node.line_of(name)
+                    self._declare(name, kind, spec)
+                    into[name] = spec
         steps = doc.get("steps")
         if steps is not None:
             if not steps.is_list:
                 raise self.fail(steps, "", "steps: is a list of steps, each `- name: ...`")
             for item in steps.value:
-                if not item.is_map or "name" not in item:
-                    raise self.fail(item, "", "each step is a mapping that starts with `name:`")
-                name = item["name"].text
-                if not name:
-                    raise self.fail(item["name"], "", f"a step's name must be text, got {item['name'].describe()}")
-                self._declare(name, "step", item)
-                self.steps[name] = item
+                with self.collecting():
+                    if not item.is_map or "name" not in item:
+                        raise self.fail(item, "", "each step is a mapping that starts with `name:`")
+                    name = item["name"].text
+                    if not name:
+                        raise self.fail(item["name"], "", f"a step's name must be text, got "
+                                                          f"{item['name'].describe()}")
+                    self._declare(name, "step", item)
+                    self.steps[name] = item
         dead_letters_of: set[str] = set()  # sources a dead_letters step names (it reads them, not their stream)
         for name, spec in self.steps.items():
             for ref in _references(spec):
@@ -244,6 +286,7 @@ class _FileBuilder:
     def _declare(self, name: str, kind: str, spec: Located) -> None:
         if name in self.kind_of:
             first = self.decl[name]
+            self.failed.add(name)  # which of the two a `from:` means is unknown: what reads it is skipped
             raise self.fail(spec, f"{kind} '{name}'", f"the name is already used by the {self.kind_of[name]} at line "
                                                       f"{first.line}; every source, table, step and sink needs a "
                                                       "name of its own")
@@ -254,6 +297,8 @@ class _FileBuilder:
         """The stream of a source or step, built (with what it reads) when first asked for."""
         if name in self.streams:
             return self.streams[name]
+        if name in self.failed:
+            raise _Unbuilt(name)
         if name in self.building:
             cycle = " -> ".join([*self.building[self.building.index(name):], name])
             raise self.fail(line, f"step '{name}'", f"the steps read from each other in a cycle: {cycle}")
@@ -275,6 +320,8 @@ class _FileBuilder:
         records its multiplexing selector routes to ``reader``."""
         name = ref.text
         subject = f"{self.kind_of[reader]} '{reader}'"
+        if name in self.failed or (name not in self.kind_of and self.undeclared):
+            raise _Unbuilt(str(name))  # (a name no declaration has may be one whose declaration is wrong)
         if not name or self.kind_of.get(name) not in ("source", "step"):
             streams = [n for n, kind in self.kind_of.items() if kind in ("source", "step")]
             what = f"the {self.kind_of[name]} {name!r}" if name in self.kind_of else ref.describe()
@@ -516,6 +563,8 @@ class StepContext:
     def table(self, ref: Located) -> Table:
         name = ref.text
         tables = self.builder.built_tables
+        if name in self.builder.failed and self.builder.kind_of.get(str(name)) == "table":
+            raise _Unbuilt(str(name))
         if not name or name not in tables:
             raise self.fail(ref, f"{ref.describe()} is not a table under tables:{closest(str(name), tables)}; the "
                                  f"tables are {', '.join(tables) or 'none'}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
@@ -42,7 +42,7 @@ from headrace.runtime.admission import BatchDuration
 from headrace.runtime.runner import run
 from headrace.schema import PYTHON_TYPES, Schema, is_record_class, schema_of
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
-from headrace.spark.specs import check_plan
+from headrace.spark.specs import check_plan, check_sink_takes_updates
 from headrace.spark.stages import check_stage, why_no_event_time
 from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
 from headrace.windows import Count, Global, WindowShape
@@ -84,8 +84,18 @@ class Pipeline:
         return self.plan.name
 
     # -- building -------------------------------------------------------------------------
+    def _checked_name(self, given: str | None, kind: str) -> str | None:
+        """``given`` (a step name, or None for a generated one), refused when it is no string."""
+        return None if given is None else self._name(given, kind)
+
     def _name(self, given: str | None, kind: str) -> str:
         if given is not None:
+            if isinstance(given, (Expr, Agg)):
+                what, where = ("a column expression", "select(...) or with_columns(...), e.g. with_columns("
+                               "name=hr.col('x'))") if isinstance(given, Expr) else (
+                               "an aggregate", "aggregate(...), e.g. aggregate(name=hr.count())")
+                raise PlanError(f"{kind} ({user_location()}): name= is the step's name and must be a string, got "
+                                f"{what} {given!r}; a column called 'name' is added by {where}")
             if not given or not isinstance(given, str):
                 raise PlanError(f"step name {given!r} must be a non-empty string")
             return given
@@ -310,12 +320,17 @@ class Stream:
         raise self._fail(step, where, f"{mode} needs the output schema of {function_label(fn)}: annotate its return "
                                       "type with a dataclass or TypedDict, or pass schema={'field': 'type', ...}")
 
-    def select(self, *columns: str | Expr, name: str | None = None, **named: Expr) -> Stream:
-        """Keep (and compute) columns: ``select("a", hr.col("b").alias("c"), d=hr.col("x") * 2)``."""
-        step = self.pipeline._name(name, "select")
+    def select(self, *columns: str | Expr | Mapping[str, Expr], **named: Any) -> Stream:
+        """Keep (and compute) columns: ``select("a", hr.col("b").alias("c"), d=hr.col("x") * 2)``.
+        ``name="step"`` names the step; ``name=<column expression>`` is a column called ``name``."""
+        options, named = _options(named, {"name": None}, Expr)
+        step = self.pipeline._name(options["name"], "select")
         where = user_location()
         exprs: list[tuple[str, Expr]] = []
         for item in columns:
+            if isinstance(item, Mapping):
+                exprs.extend(item.items())
+                continue
             e = col(item) if isinstance(item, str) else item
             out = e.output_name() if isinstance(e, Expr) else None
             if out is None:
@@ -324,10 +339,15 @@ class Stream:
         exprs.extend(named.items())
         return self._projection(step, where, "select", exprs, keep_input=False)
 
-    def with_columns(self, *, name: str | None = None, **columns: Expr) -> Stream:
-        """Add or replace columns computed by column expressions."""
-        step = self.pipeline._name(name, "with_columns")
-        return self._projection(step, user_location(), "with_columns", list(columns.items()), keep_input=True)
+    def with_columns(self, columns: Mapping[str, Expr] | None = None, /, **named: Any) -> Stream:
+        """Add or replace columns computed by column expressions: ``with_columns(total=hr.col("a") +
+        1)``, or ``with_columns({"total": ...}, name="step")``. ``name="step"`` names the step;
+        ``name=<column expression>`` is a column called ``name``."""
+        options, named = _options(named, {"name": None}, Expr)
+        step = self.pipeline._name(options["name"], "with_columns")
+        where = user_location()
+        exprs = _merged(self, step, where, columns, named)
+        return self._projection(step, where, "with_columns", exprs, keep_input=True)
 
     def _projection(self, step: str, where: str, mode: str, exprs: list[tuple[str, Expr]],
                     keep_input: bool) -> Stream:
@@ -383,6 +403,7 @@ class Stream:
             raise PlanError(f"key_by ({where}): give at least one field or a function")
         if len(keys) == 1 and callable(keys[0]):
             fn = keys[0]
+            name = self.pipeline._checked_name(name, "key_by")
             step = self.pipeline._name(name and f"{name}_fn", "key_fn")
             if "key" in dict(self.node.schema or ()):
                 raise self._fail(step, where, f"the stream from {self.node.name!r} already has a field 'key', which "
@@ -410,6 +431,7 @@ class Stream:
         ``trigger`` (default: on time when the watermark passes the end),
         ``allowed_lateness`` (late records still update a window this long after its end, each firing a
         late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy."""
+        name = self.pipeline._checked_name(name, "window")
         emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
         return WindowedStream(self, shape, (), name, user_location(), emission)
 
@@ -474,6 +496,7 @@ class Stream:
         if not isinstance(connector, SinkConnector):
             raise PlanError(f"sink {name!r} ({where}): expected a headrace sink connector, got "
                             f"{type(connector).__name__}")
+        check_sink_takes_updates(self.pipeline.plan, name, where, connector)
         self._add(SinkNode(name, (self.node.name,), where, self.node.schema, connector=connector))
 
     def __repr__(self) -> str:
@@ -487,30 +510,38 @@ class KeyedStream(Stream):
     def keys(self) -> tuple[str, ...]:
         return self.node.keys or ()
 
-    def aggregate(self, *, name: str | None = None, ttl: Any = None, **aggs: Agg) -> Stream:
+    def aggregate(self, aggs: Mapping[str, Agg] | None = None, /, **named: Any) -> Stream:
         """Running aggregates per key, emitted for each key a micro-batch updates. With ``ttl``
         (``"1h"``, a timedelta or milliseconds), a key that receives no record for that long in
-        processing time is forgotten, and its next record starts it again from nothing."""
+        processing time is forgotten, and its next record starts it again from nothing.
+        ``name=`` and ``ttl=`` holding an aggregate are output columns of those names."""
+        options, named = _options(named, {"name": None, "ttl": None}, Agg)
+        name, ttl = options["name"], options["ttl"]
         step = self.pipeline._name(name, "aggregate")
         where = user_location()
-        checked = _check_aggs(self, step, where, aggs, self.keys)
+        checked = _check_aggs(self, step, where, dict(_merged(self, step, where, aggs, named)), self.keys)
         schema = _aggregate_schema(self, checked)
         return self._stage(RollingAggregateNode(step, (self.node.name,), where, schema, keys=self.keys,
                                                 aggs=checked, ttl_ms=_ttl(ttl, step, where)))
 
     def count(self, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "count")
         return self.aggregate(name=name or self.pipeline._name(None, "count"), ttl=ttl, count=Agg("count"))
 
     def sum(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "sum")
         return self.aggregate(name=name or self.pipeline._name(None, "sum"), ttl=ttl, sum=Agg("sum", column))
 
     def min(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "min")
         return self.aggregate(name=name or self.pipeline._name(None, "min"), ttl=ttl, min=Agg("min", column))
 
     def max(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "max")
         return self.aggregate(name=name or self.pipeline._name(None, "max"), ttl=ttl, max=Agg("max", column))
 
     def mean(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
+        name = self.pipeline._checked_name(name, "mean")
         return self.aggregate(name=name or self.pipeline._name(None, "mean"), ttl=ttl, mean=Agg("mean", column))
 
     def reduce(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], *,
@@ -550,6 +581,7 @@ class KeyedStream(Stream):
         ``trigger`` (default: on time when the watermark passes the end),
         ``allowed_lateness`` (late records still update a window this long after its end, each firing a
         late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy."""
+        name = self.pipeline._checked_name(name, "window")
         emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
         return WindowedStream(self, shape, self.keys, name, user_location(), emission)
 
@@ -580,12 +612,16 @@ class WindowedStream:
                                           ".with_event_time('field', max_out_of_orderness) (or event_time= on the "
                                           "source) before windowing")
 
-    def aggregate(self, *, emit: str = "final", **aggs: Agg) -> WindowResult:
+    def aggregate(self, aggs: Mapping[str, Agg] | None = None, /, **named: Any) -> WindowResult:
         """Aggregates per key and window; output: the keys, ``window_start``, ``window_end`` and one
         column per aggregate. ``emit="final"`` gives one row per window once the watermark passes its
-        end; ``emit="updates"`` a row each micro-batch that changes the window."""
+        end; ``emit="updates"`` a row each micro-batch that changes the window. ``emit=`` holding an
+        aggregate is an output column called ``emit``."""
+        options, named = _options(named, {"emit": "final"}, Agg)
+        emit = options["emit"]
         stream = self.stream
         step = stream.pipeline._name(self.name, "window")
+        aggs = dict(_merged(stream, step, self.where, aggs, named))
         if emit not in ("final", "updates"):
             raise step_error(step, self.where, f"emit must be 'final' or 'updates', got {emit!r}")
         checked = _check_aggs(stream, step, self.where, aggs, (*self.keys, "window_start", "window_end"))
@@ -679,6 +715,34 @@ def _ttl(ttl: Any, step: str, where: str) -> int | None:
     if millis <= 0:
         raise step_error(step, where, f"ttl must be positive, got {ttl!r}")
     return millis
+
+
+def _options(given: dict[str, Any], defaults: dict[str, Any], column_type: type) -> tuple[dict[str, Any],
+                                                                                        dict[str, Any]]:
+    """Split a step's keyword arguments into its options (``name=``, ``ttl=``, ``emit=``) and its
+    columns: a keyword holding a ``column_type`` value is a column, whatever it is called, so a
+    column can be called ``name``. The columns keep the order they were given in."""
+    options = dict(defaults)
+    columns = {}
+    for key, value in given.items():
+        if key in defaults and not isinstance(value, column_type):
+            options[key] = value
+        else:
+            columns[key] = value
+    return options, columns
+
+
+def _merged(stream: Stream, step: str, where: str, mapping: Mapping[str, Any] | None,
+            named: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The columns of a mapping given positionally, then those given by keyword."""
+    if mapping is not None and not isinstance(mapping, Mapping):
+        raise stream._fail(step, where, f"give the columns as keyword arguments or one mapping of names to "
+                                        f"columns, got {mapping!r}")
+    mapping = dict(mapping or {})
+    twice = next((key for key in named if key in mapping), None)
+    if twice is not None:
+        raise stream._fail(step, where, f"the column {twice!r} is given twice, in the mapping and as {twice}=")
+    return [*mapping.items(), *named.items()]
 
 
 def _check_aggs(stream: Stream, step: str, where: str, aggs: dict[str, Agg],

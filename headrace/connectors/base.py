@@ -198,6 +198,17 @@ class SinkConnector:
         """The Spark packages (``headrace.runtime.jars.Package``) this sink needs."""
         return []
 
+    def check_schema(self, schema: Any, where: str) -> None:  # noqa: B027 - optional hook
+        """Called on the driver when the pipeline starts, before the first micro-batch, with the
+        Spark schema of the rows this sink will get; ``where`` names the sink step for
+        messages. A sink whose target has a schema of its own checks it here."""
+
+    def refuses_updates(self) -> str | None:
+        """Why this sink cannot take the rows of Spark's update mode (a group's new value each
+        micro-batch that changes it), or None: it takes each update as a record (a log, a
+        topic, the console), or replaces a row by its key."""
+        return None
+
 
 def run_batch(df: Any) -> None:
     """Run a micro-batch's DataFrame to its end and discard its rows (Spark's ``noop`` writer),

@@ -69,6 +69,9 @@ class Delta(SinkConnector):
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = None
 
+    def refuses_updates(self) -> str | None:
+        return None if self.key else "without key= it appends each update as a new row"
+
     def __init__(self, path: str, *, key: str | Sequence[str] | None = None,
                  partition_by: str | Sequence[str] | None = None, options: Mapping[str, Any] | None = None,
                  name: str | None = None) -> None:

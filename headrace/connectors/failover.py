@@ -65,6 +65,20 @@ class Failover(SinkConnector):
 
     native_format = None  # always through write_batch: the group picks the member per batch
 
+    def refuses_updates(self) -> str | None:
+        for member in self.members:
+            why = member.refuses_updates()
+            if why is not None:
+                return why
+        return None
+
+    def refused_member(self) -> tuple[str, SinkConnector] | None:
+        """The name and the sink of the first member that cannot take updates."""
+        for name, member in zip(self.names, self.members):
+            if member.refuses_updates() is not None:
+                return name, member
+        return None
+
     def __init__(self, primary: SinkConnector, *backups: SinkConnector, names: Sequence[str] | None = None) -> None:
         members = (primary, *backups)
         for position, member in enumerate(members):

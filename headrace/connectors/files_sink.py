@@ -98,6 +98,9 @@ class FileSink(SinkConnector):
         self.rewrite = rewrite
         self.native_format: str | None = FORMATS[format]
         self.owner: str | None = None
+
+    def refuses_updates(self) -> str | None:
+        return "files keep every row they are given, so each group's updates would pile up as rows"
         self._step: SinkStep | None = None
         self._reset()
 

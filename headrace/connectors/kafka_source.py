@@ -5,7 +5,8 @@ Spark keeps the offsets (topic, partition, offset) in its offset log, so a repla
 reads the same records, and nothing is committed to Kafka's consumer groups. The value is
 decoded by Spark, never by Python: ``format="json"`` (``from_json`` against ``schema``;
 a value that is not a JSON object, has a field of the wrong type, or is missing (a
-tombstone) goes to the dead letters with its topic, partition and offset), or ``"raw"``
+tombstone) goes to the dead letters with its topic, partition and offset; a field missing
+from the object is null, as a JSON null is), or ``"raw"``
 (the key and the value as bytes), or ``"avro"`` (``from_avro`` against ``avro_schema``, an
 Avro record schema in JSON whose fields are the columns: ``headrace/connectors/avro_schema.py``;
 a value that does not decode goes to the dead letters). ``metadata`` adds Kafka's own fields

@@ -167,6 +167,9 @@ class Postgres(SinkConnector):
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = None
 
+    def refuses_updates(self) -> str | None:
+        return None if self.key else "without key= it inserts each update as a new row"
+
     def __init__(self, table: str, dsn: str = DEFAULT_DSN, key: str | Sequence[str] | None = None,
                  create_table: bool = True, *, name: str | None = None, retries: int = DEFAULT_RETRIES,
                  retry_backoff: float = DEFAULT_FIRST_S, rewrite: bool = False):
@@ -310,6 +313,48 @@ class Postgres(SinkConnector):
         stop if the rows this sink committed are gone."""
         self._retrying(f"check table {self.table!r} and the commit table {COMMIT_TABLE} before the start",
                        self._check_at_start)
+
+    def check_schema(self, schema: Any, where: str) -> None:
+        """An existing table against the stream, before the first batch: every column of the
+        stream is a column of the table, of a type PostgreSQL can cast the stream's type to (a
+        missing table is created from the stream's schema, when create_table=True)."""
+        columns = [field.name for field in schema.fields]
+        self._check_columns(columns)
+        types = self._column_types(schema)
+        try:
+            self._retrying(f"check table {self.table!r} against the stream's columns",
+                           lambda: self._check_table_schema(where, schema, types))
+        finally:
+            self.close()
+
+    def _check_table_schema(self, where: str, schema: Any, types: tuple[str, ...]) -> None:
+        psycopg = _psycopg()
+        from psycopg import sql
+
+        conn = self._connect()
+        target = sql.Identifier(*_table_parts(self.table)).as_string(conn)
+        found = dict(conn.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                                  "attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                                  (target,)).fetchall())
+        if not found:
+            if self.create_table:
+                return  # the first batch creates it from the stream's schema
+            raise SinkError(f"{where}: table {self.table!r} does not exist; create it or pass create_table=True")
+        for field, stream_type in zip(schema.fields, types):
+            if field.name not in found:
+                raise SinkError(f"{where}: table {self.table!r} has no column {field.name!r} (it has "
+                                f"{', '.join(found)}); add it to the table or drop it from the stream")
+            try:
+                with conn.transaction():
+                    conn.execute(sql.SQL("SELECT CAST(CAST(NULL AS {}) AS {})").format(
+                        sql.SQL(stream_type), sql.SQL(found[field.name])))
+            except psycopg.errors.CannotCoerce as exc:
+                spark_type = TYPE_ALIASES.get(field.dataType.typeName(), field.dataType.typeName())
+                reason = str(exc).splitlines()[0]
+                raise SinkError(f"{where}: the stream's column {field.name!r} is a {spark_type} (PostgreSQL "
+                                f"{stream_type}), and column {field.name!r} of table {self.table!r} is a "
+                                f"{found[field.name]}, which PostgreSQL cannot cast it to ({reason}); "
+                                "cast the column in the pipeline, or change the table's column") from None
 
     def _check_at_start(self) -> None:
         conn = self._ready()

@@ -332,7 +332,7 @@ class PortNode(Node):
 class SqlNode(Node):
     """A Spark SQL query over the plan's streams and tables (``inputs``: the steps it reads, in
     order of appearance in the query). ``shape`` is what the query is (``headrace/plan/sql_query.py``):
-    ``stateless``, ``windowed aggregate`` or ``aggregate``."""
+    ``stateless``, ``windowed aggregate``, ``aggregate`` or ``distinct``."""
 
     kind: ClassVar[str] = "sql"
     query: str = ""

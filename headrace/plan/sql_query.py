@@ -8,8 +8,11 @@ query is, which decides how the step runs:
 * ``windowed aggregate``: a GROUP BY with Spark's ``window()`` or ``session_window()`` on
   the stream's event time; stateful, append mode (a window is emitted once, when the
   watermark passes its end);
-* ``aggregate``: a GROUP BY (or an aggregate, or DISTINCT) without a window; stateful,
-  update mode (each micro-batch emits the groups it changed).
+* ``aggregate``: a GROUP BY (or an aggregate) without a window; stateful, update mode (each
+  micro-batch emits the groups it changed, with their values so far);
+* ``distinct``: SELECT DISTINCT (on the outer query, without GROUP BY or aggregates); runs the
+  query without DISTINCT, then Spark's streaming ``dropDuplicates``; append mode (each
+  distinct row is emitted once, ever).
 
 :func:`rewrite` puts the names of Spark temp views in place of the names the query reads,
 keeping every other character where the user wrote it, and maps a position in the rewritten
@@ -33,7 +36,7 @@ from headrace.errors import PlanError, step_error
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import EventTimeNode, SinkNode, SourceNode, SqlNode, TableNode
 
-STATELESS, WINDOWED, AGGREGATE = "stateless", "windowed aggregate", "aggregate"
+STATELESS, WINDOWED, AGGREGATE, DISTINCT = "stateless", "windowed aggregate", "aggregate", "distinct"
 WINDOW_FUNCTIONS = ("window", "session_window")
 # Spark aggregate functions sqlglot reads as plain (anonymous) functions.
 MORE_AGGREGATES = frozenset({"mean", "every", "some", "any", "bool_or", "histogram_numeric", "try_sum", "try_avg",
@@ -193,7 +196,7 @@ def _owned(select: exp.Select, kind: Any) -> Iterable[Any]:
 
 
 def _aggregates(select: exp.Select) -> bool:
-    if select.args.get("group") or select.args.get("distinct") or select.args.get("having"):
+    if select.args.get("group") or select.args.get("having"):
         return True
     return any(_is_aggregate(n) and not n.find_ancestor(exp.Window) for n in _owned(select, exp.Func))
 
@@ -227,13 +230,48 @@ def shape_of(query: str, tree: exp.Expr) -> str:
         raise _Refused("an aggregate over DISTINCT values is not supported on a stream (Spark refuses it); use "
                        "approx_count_distinct(...)", _position(query, distinct.parent or distinct))
     aggregating = [s for s in tree.find_all(exp.Select) if _aggregates(s)]
+    distinct_selects = [s for s in tree.find_all(exp.Select) if s.args.get("distinct")]
+    if distinct_selects:
+        if any(s is not tree for s in distinct_selects):
+            raise _Refused("DISTINCT in a nested query is not supported on a stream; put it on the outer SELECT "
+                           "(Spark de-duplicates a stream there, emitting each distinct row once)",
+                           _keyword_position(query, "DISTINCT"))
+        if aggregating:
+            raise _Refused("DISTINCT on the result of GROUP BY or an aggregate is a second aggregation, which a "
+                           "stream cannot run after the first (the groups are distinct already): drop DISTINCT",
+                           _keyword_position(query, "DISTINCT"))
+        return DISTINCT
     if len(aggregating) > 1:
         raise _Refused("the query aggregates twice (a GROUP BY or aggregate inside another); a pipeline runs "
                        "as one Spark query, which cannot aggregate an aggregate's output: sink the first "
                        "aggregate and aggregate it again in another pipeline", _keyword_position(query, "GROUP BY"))
     if not aggregating:
         return STATELESS
-    return WINDOWED if window_calls(tree) else AGGREGATE
+    if window_calls(tree):
+        return WINDOWED
+    _check_updates_are_exact(query, aggregating[0])
+    return AGGREGATE
+
+
+def _check_updates_are_exact(query: str, select: exp.Select) -> None:
+    """An aggregate without a window runs in update mode: each micro-batch emits the groups it
+    changed, and a sink keeps a group's last row. A filter on the aggregate's results (HAVING,
+    or a WHERE around it) would leave a group that stops matching in the sink with a value it
+    no longer has, since update mode emits nothing for it: refused."""
+    if select.args.get("having"):
+        raise _Refused("HAVING on a GROUP BY without a window is not supported on a stream: the query runs in "
+                       "update mode, and a group that stops matching HAVING would stay in the sink with an old "
+                       "value (update mode cannot take a row back); filter the results where they are stored, or "
+                       "group by window(...) (append mode: each window's final value, once)",
+                       _keyword_position(query, "HAVING"))
+    outer = select.find_ancestor(exp.Select)
+    while outer is not None:
+        if outer.args.get("where"):
+            raise _Refused("a WHERE on the results of a GROUP BY without a window is not supported on a stream: "
+                           "the query runs in update mode, and a group that stops matching would stay in the sink "
+                           "with an old value (update mode cannot take a row back); filter the results where they "
+                           "are stored, or group by window(...)", _position(query, outer.args["where"]))
+        outer = outer.find_ancestor(exp.Select)
 
 
 def keeps_column(tree: exp.Expr, column: str, qualifiers: set[str]) -> bool:
@@ -323,6 +361,19 @@ def _resolve(plan: Plan, name: str) -> str:
 
 
 # -- the query Spark runs ----------------------------------------------------------------------------
+
+def without_distinct(query: str) -> str:
+    """``query`` with the DISTINCT of its outer SELECT blanked out (spaces, so every position
+    stays where it was): Spark de-duplicates the stream after it (``dropDuplicates``)."""
+    depth, after_select = 0, False
+    for token in _SparkSql().tokenize(query):
+        word = token.text.upper()
+        if after_select and word == "DISTINCT":
+            return query[:token.start] + " " * (token.end - token.start + 1) + query[token.end + 1:]
+        after_select = depth == 0 and word == "SELECT"
+        depth += {"(": 1, ")": -1}.get(token.text, 0)
+    raise AssertionError(f"no outer SELECT DISTINCT in {query!r}")
+
 
 @dataclass(frozen=True)
 class Rewritten:

@@ -66,8 +66,8 @@ def _node_obstacle(plan: Plan, node: Node) -> str | None:
             return (f"{where} emits final results (append mode); real-time mode runs in update mode: "
                     "use emit='updates'")
     if kind == "sql" and spec_of(node).output_mode(node) == "append":
-        return (f"{where} is a windowed SQL query, which emits final results (append mode); real-time mode runs "
-                "in update mode")
+        what = "an SQL query with DISTINCT" if getattr(node, "shape", "") == "distinct" else "a windowed SQL query"
+        return (f"{where} is {what}, which emits final results (append mode); real-time mode runs in update mode")
     if kind == "union":
         stateful = [n for n in node.inputs if any(spec_of(plan.nodes[u]).stateful
                                                   for u in plan.upstream(n) | {n})]

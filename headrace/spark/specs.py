@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.errors import step_error
+from headrace.errors import PlanError, step_error
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import KeyByNode, Node, PythonStep
 from headrace.spark import stateless
@@ -86,10 +86,21 @@ def python_chains(plan: Plan) -> list[list[str]]:
     return chains
 
 
+def _event_time_lowered_as(plan: Plan, node: Node) -> str:
+    from headrace.spark.compiler import WatermarkPlacement  # it reads these specs
+
+    return f"native Spark watermark (withWatermark); {WatermarkPlacement(plan).where_taken(node)}"
+
+
 def _python_lowered_as(plan: Plan, node: Node) -> str:
+    from headrace.spark.compiler import WatermarkPlacement  # it reads these specs
+
     for number, chain in enumerate(python_chains(plan), start=1):
         if node.name in chain:
-            return f"fused Python stage #{number} (mapInArrow: {' -> '.join(chain)})"
+            again = ("; the watermark is taken again on its output (Spark's watermark does not pass through "
+                     "Python): the records it drops do not move it" if WatermarkPlacement(plan).watermark_here(node)
+                     else "")
+            return f"fused Python stage #{number} (mapInArrow: {' -> '.join(chain)}){again}"
     raise AssertionError(f"{node.name} is in no Python chain")
 
 
@@ -168,7 +179,7 @@ SPECS: dict[str, NodeSpec] = {
     "table": NodeSpec(stateless.lower_table, "static DataFrame (broadcast)"),
     "native": NodeSpec(stateless.lower_native, "native Spark expressions", per_batch=True),
     "python": NodeSpec(stateless.lower_python, _python_lowered_as, per_batch=True),
-    "event_time": NodeSpec(stateless.lower_event_time, "native Spark watermark (withWatermark)",
+    "event_time": NodeSpec(stateless.lower_event_time, _event_time_lowered_as,
                            reads_control=True),
     "key_by": NodeSpec(stateless.lower_key_by, "native (keys used by the next aggregate)", per_batch=True),
     "rolling_aggregate": NodeSpec(lower_rolling, _rolling_lowered_as, stateful=True,
@@ -314,6 +325,32 @@ def _check_operators(plan: Plan) -> None:
                          "or a union of sources)")
 
 
+def _sink_kind(connector: Any) -> str:
+    """The name a user calls the sink's connector by (``Files`` for ``hr.sinks.Files``)."""
+    from headrace import sinks
+
+    return next((name for name in sinks.__all__ if getattr(sinks, name) is type(connector)), type(connector).__name__)
+
+
+def check_sink_takes_updates(plan: Plan, sink: str, where: str, connector: Any) -> None:
+    """Refuse a sink that cannot take update mode's rows in a pipeline with a step that emits
+    updates, naming the sink, the step and what to do."""
+    why = connector.refuses_updates()
+    if why is None:
+        return
+    updating = next((n for n in plan.nodes.values() if spec_of(n).output_mode(n) == "update"), None)
+    if updating is None:
+        return
+    kind = _sink_kind(connector)
+    member = getattr(connector, "refused_member", lambda: None)()
+    what = f"a {kind} sink (its member {member[0]!r}, a {_sink_kind(member[1])} sink)" if member else f"a {kind} sink"
+    raise PlanError(f"sink {sink!r} ({where}): {what} cannot take the updates of step {updating.name!r} "
+                    f"({updating.defined_at}), which emits updates (Spark's update mode: each micro-batch emits "
+                    f"again every group it changed): {why}; write the updates to a sink that replaces a row by its "
+                    "key (hr.sinks.Postgres(..., key=[...]), hr.sinks.Delta(..., key=[...])), or emit each result "
+                    "once (a window with emit='final')")
+
+
 def check_plan(plan: Plan) -> None:
     """The plan's own checks, then those of running it as one Spark query: stateful steps that
     read others' results as Spark can chain them, one output mode, and an operator that runs
@@ -324,13 +361,16 @@ def check_plan(plan: Plan) -> None:
     check_real_time(plan)
     _check_operators(plan)
     check_stages(plan)
+    for sink in plan.sinks():
+        check_sink_takes_updates(plan, sink.name, sink.defined_at, sink.connector)
     stateful = [n for n in plan.nodes.values() if spec_of(n).stateful]
     appending = [n for n in stateful if spec_of(n).output_mode(n) == "append"]
     updating = [n for n in stateful if spec_of(n).output_mode(n) == "update"]
     if appending and updating:
         first, other = appending[0], updating[0]
         what = "a window with emit='final'" if first.kind == "window_aggregate" else "a process step"
-        what = "a windowed SQL query" if first.kind == "sql" else what
+        if first.kind == "sql":
+            what = "an SQL query with DISTINCT" if getattr(first, "shape", "") == "distinct" else "a windowed SQL query"
         raise step_error(first.name, first.defined_at,
                          f"{what} cannot share pipeline {plan.name!r} with step {other.name!r} "
                          f"({other.defined_at}), which emits updates: the pipeline runs as one Spark query with "

@@ -30,14 +30,23 @@ from headrace.connectors.base import CONTROL_COLUMN
 from headrace.errors import PlanError
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SqlNode
-from headrace.plan.sql_query import Position, Rewritten, query_error, restore_names, rewrite
+from headrace.plan.sql_query import (
+    DISTINCT,
+    Position,
+    Rewritten,
+    query_error,
+    restore_names,
+    rewrite,
+    without_distinct,
+)
 from headrace.spark.stateless import without_control, without_result_time
 
 if TYPE_CHECKING:
     from headrace.spark.compiler import Lowering
 
 # The Spark output mode of each query shape; None: stateless.
-SQL_OUTPUT_MODES: dict[str, str | None] = {"stateless": None, "windowed aggregate": "append", "aggregate": "update"}
+SQL_OUTPUT_MODES: dict[str, str | None] = {"stateless": None, "windowed aggregate": "append", "aggregate": "update",
+                                            "distinct": "append"}
 
 
 def view_name(pipeline: str, step: str, source: str) -> str:
@@ -52,7 +61,9 @@ def sql_lowered_as(plan: Plan, node: SqlNode) -> str:
     how = {"stateless": "projections, filters and joins with tables, per micro-batch",
            "windowed aggregate": "native window aggregate, append mode (a window is emitted once the watermark "
                                  "passes its end)",
-           "aggregate": "native streaming aggregate, update mode (each micro-batch emits the groups it changed)"}
+           "aggregate": "native streaming aggregate, update mode (each micro-batch emits the groups it changed)",
+           "distinct": "the query without DISTINCT, then Spark's streaming dropDuplicates, append mode (each "
+                       "distinct row is emitted once)"}
     return f"Spark SQL over temp views of {views}: {how[node.shape]}"
 
 
@@ -68,10 +79,13 @@ def lower_sql(node: SqlNode, lowering: Lowering) -> DataFrame:
         views[name] = view_name(lowering.plan.name, node.name, name)
         df.createOrReplaceTempView(views[name])
     in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
-    rewritten = rewrite(node.query, in_query)
+    query = without_distinct(node.query) if node.shape == DISTINCT else node.query
+    rewritten = rewrite(query, in_query)
     try:
         with _quiet_query_errors():
             result = spark.sql(rewritten.text)
+            if node.shape == DISTINCT:
+                result = result.dropDuplicates()
             if result.isStreaming:
                 _check_streaming(node, result)
     except AnalysisException as exc:

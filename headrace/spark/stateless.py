@@ -139,19 +139,29 @@ def lower_python(node: PythonStep, lowering: Lowering) -> DataFrame:
     if lowering.watermark_here(node):
         delay = lowering.watermark_delay(node.name)
         assert node.event_time is not None and delay is not None
-        out = with_watermark(out, node.event_time, delay)
+        after = [c.name for c in lowering.plan.consumers(node.name)]
+        out = with_watermark(out, node.event_time, delay, barrier=lowering.filters_before_window(after))
     return out
 
 
-def with_watermark(df: DataFrame, field_name: str, delay_ms: int) -> DataFrame:
-    """Declare the watermark on ``field_name``; control rows set their event time here."""
+def with_watermark(df: DataFrame, field_name: str, delay_ms: int, *, barrier: bool = False) -> DataFrame:
+    """Declare the watermark on ``field_name``; control rows set their event time here.
+
+    With ``barrier``, a filter no later step's filter can be pushed through sits right above
+    the watermark: Catalyst pushes a deterministic filter below Spark's watermark operator, so
+    the records it removes would no longer move the watermark (a far-future record sent to
+    close the last window, filtered out after the declaration, would close nothing). The
+    barrier's predicate is non-deterministic (``spark_partition_id``), which Catalyst neither
+    pushes down nor merges with the filter above it; it keeps every row and stays in the
+    generated code."""
     current = F.col(f"`{field_name}`")
     if CONTROL_COLUMN in df.columns:
         # a clock control row (negative) must not move the watermark: it counts as time 0
         control_time = F.timestamp_millis(F.greatest(F.col(CONTROL_COLUMN), F.lit(0)) + F.lit(delay_ms))
         current = F.when(F.col(CONTROL_COLUMN).isNotNull(), control_time).otherwise(current)
         df = df.withColumn(field_name, current)
-    return df.withWatermark(field_name, f"{delay_ms} milliseconds")
+    df = df.withWatermark(field_name, f"{delay_ms} milliseconds")
+    return df.filter(F.spark_partition_id() >= 0) if barrier else df
 
 
 def lower_event_time(node: EventTimeNode, lowering: Lowering) -> DataFrame:
@@ -160,7 +170,10 @@ def lower_event_time(node: EventTimeNode, lowering: Lowering) -> DataFrame:
     assert field_name is not None
     if dict(df.dtypes)[field_name] != "timestamp":
         df = df.withColumn(field_name, F.timestamp_millis(F.col(f"`{field_name}`").cast("long")))
-    return with_watermark(df, field_name, node.delay_ms) if lowering.watermark_here(node) else df
+    if not lowering.watermark_here(node):
+        return df
+    after = [c.name for c in lowering.plan.consumers(node.name)]
+    return with_watermark(df, field_name, node.delay_ms, barrier=lowering.filters_before_window(after))
 
 
 def lower_key_by(node: Node, lowering: Lowering) -> DataFrame:
@@ -206,4 +219,7 @@ def lower_dead_letters(node: DeadLettersNode, lowering: Lowering) -> DataFrame:
 
 
 def lower_sink(node: SinkNode, lowering: Lowering) -> DataFrame:
-    return without_result_time(without_control(lowering.input(node)))
+    df = without_result_time(without_control(lowering.input(node)))
+    if lowering.batch_id is None:  # compiling the query, before it starts (not inside a micro-batch)
+        node.connector.check_schema(df.schema, f"sink {node.name!r} ({node.defined_at})")
+    return df
