@@ -161,3 +161,76 @@ def test_a_reduce_with_ttl_forgets_quiet_keys_and_keeps_nulls_and_integers(spark
     p, out = rolling_pipeline("reduce_ttl", "2s", reduce=True)
     run(p, tmp_path)
     assert [(r["key"], r["v"]) for r in out.rows()] == [("a", 1), ("b", 2**53 + 1), ("c", 5), ("a", 3)]
+
+
+class Summary(hr.AggregateFunction):
+    def create(self) -> int:
+        return 0
+
+    def add(self, acc: int, record: dict[str, Any]) -> int:
+        return acc + 1
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+    def result(self, acc: int) -> dict[str, Any]:
+        return {"n": acc}
+
+
+def test_a_window_result_named_like_a_column_the_window_adds_is_refused_when_built():
+    """Every shape and window function: a result field named like a key, a window bound or (when
+    the window has them) a pane column is refused naming the step, its line and the column; the
+    planned columns are exactly the documented ones."""
+    import inspect
+    import re
+
+    import pytest
+
+    p = hr.Pipeline("collisions")
+    keyed = p.source("events", TestSource([], schema=SCHEMA), event_time="ts").key_by("key")
+
+    def refused(column: str, fix: str, build: Any, line: str = r"\d+") -> None:
+        with pytest.raises(hr.PlanError) as caught:
+            build()
+        message = str(caught.value)
+        assert re.fullmatch(rf"step '\w+' \(test_stateful_semantics\.py:{line}\): the [a-z ]+'s output field "
+                            rf"'{column}' collides with a column the window adds \(its output starts with "
+                            rf"[a-z_, ]+\); {re.escape(fix)}", message), message
+
+    shapes = [hr.Tumbling("1s"), hr.Sliding("2s", "1s"), hr.Session("1s"), hr.Count(2), hr.Global()]
+    for shape in shapes:
+        trigger = hr.CountTrigger(2) if isinstance(shape, hr.Global) else None
+        windowed = keyed.window(shape, trigger=trigger)
+        line = str(inspect.currentframe().f_lineno - 1)  # type: ignore[union-attr]  # where the window is
+        for column in ("key", "window_start", "window_end"):
+            refused(column, f"rename {column!r} in schema=",
+                    lambda w=windowed, c=column: w.process(lambda k, b, rs: [], schema={c: "string"}), line)
+            refused(column, f"rename {column!r} in schema=",
+                    lambda w=windowed, c=column: w.aggregate_with(Summary(), schema={c: "long"}))
+        if isinstance(shape, (hr.Count, hr.Global)):  # count and global windows add the pane columns
+            refused("pane_kind", "rename 'pane_kind' in schema=",
+                    lambda w=windowed: w.process(lambda k, b, rs: [], schema={"pane_kind": "string"}))
+    refused("pane_index", "rename 'pane_index' in schema=",
+            lambda: keyed.window(hr.Tumbling("1s"), allowed_lateness="1s").process(
+                lambda k, w, rs: [], schema={"pane_index": "long"}))
+    with pytest.raises(hr.PlanError, match=r"step 'window_\d+' \(test_stateful_semantics\.py:\d+\): the aggregate "
+                                           r"pane_kind=.* would replace the output column 'pane_kind'"):
+        keyed.window(hr.Tumbling("1s"), trigger=hr.AfterWatermark(early=hr.EveryN(2))).aggregate(
+            pane_kind=hr.count())
+    # a window's results reduced by a later window: their bounds meet the later window's
+    counts = keyed.window(hr.Tumbling("1s")).count()
+    refused("window_start", "rename that field before the window (select or with_columns)",
+            lambda: counts.key_by("key").window(hr.Tumbling("2s")).reduce(lambda a, r: a))
+
+    # what each window adds, as docs/windows.md lists it
+    def planned(result: Any) -> list[str]:
+        return [name for name, _ in p.plan.nodes[result.node.name].schema]
+
+    default = keyed.window(hr.Tumbling("1s")).process(lambda k, w, rs: [], schema={"pane_kind": "string"})
+    assert planned(default) == ["key", "window_start", "window_end", "pane_kind"]  # the user's field
+    early = keyed.window(hr.Tumbling("1s"), trigger=hr.AfterWatermark(early=hr.EveryN(2)))
+    assert planned(early.process(lambda k, w, rs: [], schema={"x": "long"})) == [
+        "key", "window_start", "window_end", "pane_kind", "pane_index", "x"]
+    assert planned(keyed.window(hr.Sliding("2s", "1s")).aggregate_with(Summary(), schema={"n": "long"})) == [
+        "key", "window_start", "window_end", "n"]
+
