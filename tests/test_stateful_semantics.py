@@ -234,3 +234,36 @@ def test_a_window_result_named_like_a_column_the_window_adds_is_refused_when_bui
     assert planned(keyed.window(hr.Sliding("2s", "1s")).aggregate_with(Summary(), schema={"n": "long"})) == [
         "key", "window_start", "window_end", "n"]
 
+
+def test_the_micro_batch_model_counts_each_late_record_once_tumbling_and_sliding(tmp_path):
+    """A conformance case of the micro-batch model (Spark's) with a record that missed every window
+    it belongs to: the run counts it once, for a tumbling window (Spark's operator) and a sliding
+    one (the processor); a record that still reaches an open sliding window is no late drop. The
+    expected panes and drops are worked out by hand from the windows and watermarks below."""
+    from headrace.testing.conformance import check
+
+    def event(value: int, t: int) -> dict[str, Any]:
+        return {"key": "a", "value": value, "event_time": t}
+
+    end = {"marker": "end_batch"}
+    # W after each batch (delay 0): 20 s, 20 s, 40 s, 41 s. Batch 2 is judged against 20 s.
+    batches = [event(1, 20_000), end, event(2, 3_000), event(3, 17_000), end, event(4, 40_000), end,
+               event(5, 41_000), end]
+
+    def case(window: dict[str, Any], output: list[tuple[int, int, int, int]], dropped: list[int]) -> dict[str, Any]:
+        semantics = {"window": window, "watermark": {"delay_ms": 0, "scope": "global"}, "allowed_lateness_ms": 0,
+                     "trigger": {"type": "event_time", "early": None, "on_time_empty_pane": "skip"},
+                     "accumulation_mode": "accumulating", "output_mode": "append"}
+        return {"id": f"late_count_{window['kind']}", "watermark_model": "micro_batch", "semantics": semantics,
+                "input": batches, "expected_dropped": [e for e in batches if e.get("value") in dropped],
+                "expected_output": [{"key": "a", "window_start": s, "window_end": e, "kind": "on_time", "pane": 0,
+                                     "aggregate": {"sum": total, "count": n}, "at": 0} for s, e, total, n in output]}
+
+    # tumbling 10 s: 3 s missed [0, 10 s), 17 s missed [10 s, 20 s); batch 4 (W 40 s) closes [20 s, 30 s)
+    tumbling = case({"kind": "tumbling", "size_ms": 10_000}, [(20_000, 30_000, 1, 1)], dropped=[2, 3])
+    # sliding 10 s every 5 s: 3 s missed both its windows; 17 s missed [10 s, 20 s) but counts in
+    # [15 s, 25 s); batch 4 closes [15 s, 25 s) and [20 s, 30 s)
+    sliding = case({"kind": "sliding", "size_ms": 10_000, "slide_ms": 5_000},
+                   [(15_000, 25_000, 4, 2), (20_000, 30_000, 1, 1)], dropped=[2])
+    for conformance_case in (tumbling, sliding):
+        assert check(conformance_case, str(tmp_path / conformance_case["id"]), strict=False) == []
