@@ -107,6 +107,12 @@ class Emission:
         """True when Spark's native window operator has exactly these semantics."""
         return self == Emission()
 
+    def has_panes(self, by_count: bool) -> bool:
+        """Whether a window's output has ``pane_kind`` and ``pane_index`` columns: when it can fire
+        more than one pane per window (this policy is not the default, or the window fires by
+        count, ``by_count``: count and global windows). One on-time pane per window has none."""
+        return by_count or not self.is_default()
+
     def to_json(self) -> dict[str, Any]:
         return {"trigger": self.trigger.to_json(), "allowed_lateness_ms": self.allowed_lateness_ms,
                 "accumulation": "accumulating" if self.accumulating else "discarding"}

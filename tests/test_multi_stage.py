@@ -309,3 +309,119 @@ def test_a_result_behind_the_watermark_fails_naming_the_step():
         "was emitted at an event time at or behind the watermark (event time 5000 ms, watermark 9000 ms), and "
         "Spark refuses to hand such a row to a later stateful step; a process step must emit with timestamp= "
         "later than ctx.watermark (e.g. max(ctx.timestamp, ctx.watermark + 1))")
+
+
+# -- a window over a window's results, by Python functions, into several sinks ----------------------
+
+# Batches of (user, ts ms): 1 s sliding counts every 1 s... the second batch's first record is late
+# (all its sliding windows ended at or before the watermark, 6.5 s, that the first batch left).
+NESTED = [
+    [{"user": "a", "ts": 100}, {"user": "a", "ts": 900}, {"user": "b", "ts": 1_500}, {"user": "a", "ts": 2_200},
+     {"user": "a", "ts": 3_700}, {"user": "b", "ts": 6_500}],
+    [{"user": "a", "ts": 1_200}, {"user": "b", "ts": 6_900}, {"user": "a", "ts": 7_100}],
+    [{"user": "a", "ts": 9_300}, {"user": "b", "ts": 12_000}],
+]
+
+
+def sliding_then_tumbling(batches: list[list[dict[str, Any]]], size: int, slide: int, outer: int) -> list[tuple]:
+    """Plain Python: per user, sliding counts (``size``/``slide`` ms; a record whose windows all
+    ended at or before the maximum event time of the batches before it is late), then per
+    ``outer`` ms tumbling window of those counts' ends - 1 µs: (user, start s, windows, total)."""
+    counts: dict[tuple[str, int], int] = {}
+    watermark = -1
+    for batch in batches:
+        for record in batch:
+            starts = range(record["ts"] // slide * slide, record["ts"] - size, -slide)
+            if all(start + size <= watermark for start in starts):
+                continue  # late
+            for start in starts:
+                counts[record["user"], start] = counts.get((record["user"], start), 0) + 1
+        watermark = max([watermark, *(r["ts"] for r in batch)])
+    outer_windows: dict[tuple[str, int], list[int]] = {}
+    for (user, start), n in counts.items():
+        end_us = (start + size) * 1_000 - 1  # the result's event time, in µs
+        outer_windows.setdefault((user, end_us // (outer * 1_000) * outer), []).append(n)
+    return sorted((user, start // 1_000, len(ns), sum(ns)) for (user, start), ns in outer_windows.items())
+
+
+def summed(user: str, bounds: tuple[int, int], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # a default window adds no pane columns: a result may be called pane_kind
+    return [{"windows": len(records), "total": sum(r["count"] for r in records), "pane_kind": "sum"}]
+
+
+SUMMED = {"windows": "long", "total": "long", "pane_kind": "string"}
+
+
+def nested_rows(rows: list[dict[str, Any]]) -> list[tuple]:
+    assert all(r["pane_kind"] == "sum" for r in rows)
+    return sorted((r["user"], seconds(r["window_start"]), r["windows"], r["total"]) for r in rows)
+
+
+def test_a_window_process_step_over_window_results_gets_every_result(spark, tmp_path):
+    """The results a window emits when the watermark passes them are behind that watermark; the
+    window after it takes them (as Spark's chained operators do), drops only what was late for the
+    first window, and no late record or internal column reaches a sink, Spark's own file writer
+    included."""
+    import json
+
+    expected = sliding_then_tumbling(NESTED, 2_000, 1_000, 4_000)
+    assert len(expected) == 6 and sum(total for *_, total in expected) == 2 * (len(sum(NESTED, [])) - 1)
+    outputs = {}
+    for sink in (TestSink(), hr.sinks.Files(str(tmp_path / "out"), "jsonl")):
+        p = hr.Pipeline("stages_nested")
+        counts = (p.source("events", TestSource(NESTED, schema=SCHEMA), event_time="ts").key_by("user")
+                  .window(hr.Sliding("2s", "1s"), name="sliding").count())
+        nested = counts.key_by("user").window(hr.Tumbling("4s"), name="outer").process(
+            summed, schema=SUMMED)
+        nested.sink("out", sink)
+        run = PipelineRun(p, state_dir=str(tmp_path / type(sink).__name__), progress="quiet")
+        hr.testing._ship_test_modules(p)
+        assert run.start().wait(until_exhausted=True).late_rows_dropped == 1
+        if isinstance(sink, TestSink):
+            rows = sink.rows()
+        else:
+            assert "Spark's own json streaming sink" in p.explain()
+            rows = [json.loads(line) for path in sorted((tmp_path / "out").glob("part-*.json"))
+                    for line in path.read_text().splitlines() if line]
+            for row in rows:
+                row["window_start"] = datetime.datetime.fromisoformat(row["window_start"])
+        assert {tuple(row) for row in rows} == {tuple(dict(p.plan.nodes["outer"].schema))}
+        outputs[type(sink).__name__] = nested_rows(rows)
+    assert outputs == {"TestSink": expected, "FileSink": expected}
+
+
+def test_a_window_of_windows_into_two_sinks_beside_dead_letters(spark, tmp_path):
+    """Files in (two unparseable lines among them) -> 1 s counts -> a 3 s window process step over
+    them -> a test sink and a file sink; the dead letters -> a test sink. Each against plain Python."""
+    import json
+
+    files = [[{"user": "a", "ts": 200}, "not json", {"user": "b", "ts": 700}, {"user": "a", "ts": 1_300}],
+             [{"user": "a", "ts": 2_500}, {"user": "b", "ts": 2_900}, '{"user": "c", "ts": "soon"}'],
+             [{"user": "a", "ts": 4_100}, {"user": "b", "ts": 5_600}, {"user": "a", "ts": 8_000}]]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for number, lines in enumerate(files):
+        text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+        (folder / f"part-{number}.jsonl").write_text(text)
+    good = [[line for line in lines if isinstance(line, dict)] for lines in files]
+    expected = sliding_then_tumbling(good, 1_000, 1_000, 3_000)  # a tumbling window is a sliding one
+    bad = sorted(line for lines in files for line in lines if isinstance(line, str))
+
+    p = hr.Pipeline("stages_two_sinks")
+    events = p.source("events", hr.sources.Files(str(folder), "jsonl", schema=SCHEMA, bounded=True),
+                      event_time="ts")
+    seconds_counts = events.key_by("user").window(hr.Tumbling("1s"), name="per_second").count()
+    nested = seconds_counts.key_by("user").window(hr.Tumbling("3s"), name="per_three").process(summed, schema=SUMMED)
+    rows, letters = TestSink(), TestSink()
+    nested.sink("rows", rows)
+    nested.sink("files", hr.sinks.Files(str(tmp_path / "out"), "jsonl"))
+    p.dead_letters().sink("letters", letters)
+    run_to_completion(p, state_dir=str(tmp_path / "state"))
+    written = [json.loads(line) for path in sorted((tmp_path / "out").glob("batch-*/part-*.json"))
+               for line in path.read_text().splitlines() if line]
+    for row in written:
+        row["window_start"] = datetime.datetime.fromisoformat(row["window_start"])
+    columns = {tuple(dict(p.plan.nodes["per_three"].schema))}
+    assert {tuple(r) for r in rows.rows()} == {tuple(r) for r in written} == columns
+    assert nested_rows(rows.rows()) == nested_rows(written) == expected
+    assert sorted(r["raw"] for r in letters.rows()) == bad

@@ -161,3 +161,109 @@ def test_a_reduce_with_ttl_forgets_quiet_keys_and_keeps_nulls_and_integers(spark
     p, out = rolling_pipeline("reduce_ttl", "2s", reduce=True)
     run(p, tmp_path)
     assert [(r["key"], r["v"]) for r in out.rows()] == [("a", 1), ("b", 2**53 + 1), ("c", 5), ("a", 3)]
+
+
+class Summary(hr.AggregateFunction):
+    def create(self) -> int:
+        return 0
+
+    def add(self, acc: int, record: dict[str, Any]) -> int:
+        return acc + 1
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+    def result(self, acc: int) -> dict[str, Any]:
+        return {"n": acc}
+
+
+def test_a_window_result_named_like_a_column_the_window_adds_is_refused_when_built():
+    """Every shape and window function: a result field named like a key, a window bound or (when
+    the window has them) a pane column is refused naming the step, its line and the column; the
+    planned columns are exactly the documented ones."""
+    import inspect
+    import re
+
+    import pytest
+
+    p = hr.Pipeline("collisions")
+    keyed = p.source("events", TestSource([], schema=SCHEMA), event_time="ts").key_by("key")
+
+    def refused(column: str, fix: str, build: Any, line: str = r"\d+") -> None:
+        with pytest.raises(hr.PlanError) as caught:
+            build()
+        message = str(caught.value)
+        assert re.fullmatch(rf"step '\w+' \(test_stateful_semantics\.py:{line}\): the [a-z ]+'s output field "
+                            rf"'{column}' collides with a column the window adds \(its output starts with "
+                            rf"[a-z_, ]+\); {re.escape(fix)}", message), message
+
+    shapes = [hr.Tumbling("1s"), hr.Sliding("2s", "1s"), hr.Session("1s"), hr.Count(2), hr.Global()]
+    for shape in shapes:
+        trigger = hr.CountTrigger(2) if isinstance(shape, hr.Global) else None
+        windowed = keyed.window(shape, trigger=trigger)
+        line = str(inspect.currentframe().f_lineno - 1)  # type: ignore[union-attr]  # where the window is
+        for column in ("key", "window_start", "window_end"):
+            refused(column, f"rename {column!r} in schema=",
+                    lambda w=windowed, c=column: w.process(lambda k, b, rs: [], schema={c: "string"}), line)
+            refused(column, f"rename {column!r} in schema=",
+                    lambda w=windowed, c=column: w.aggregate_with(Summary(), schema={c: "long"}))
+        if isinstance(shape, (hr.Count, hr.Global)):  # count and global windows add the pane columns
+            refused("pane_kind", "rename 'pane_kind' in schema=",
+                    lambda w=windowed: w.process(lambda k, b, rs: [], schema={"pane_kind": "string"}))
+    refused("pane_index", "rename 'pane_index' in schema=",
+            lambda: keyed.window(hr.Tumbling("1s"), allowed_lateness="1s").process(
+                lambda k, w, rs: [], schema={"pane_index": "long"}))
+    with pytest.raises(hr.PlanError, match=r"step 'window_\d+' \(test_stateful_semantics\.py:\d+\): the aggregate "
+                                           r"pane_kind=.* would replace the output column 'pane_kind'"):
+        keyed.window(hr.Tumbling("1s"), trigger=hr.AfterWatermark(early=hr.EveryN(2))).aggregate(
+            pane_kind=hr.count())
+    # a window's results reduced by a later window: their bounds meet the later window's
+    counts = keyed.window(hr.Tumbling("1s")).count()
+    refused("window_start", "rename that field before the window (select or with_columns)",
+            lambda: counts.key_by("key").window(hr.Tumbling("2s")).reduce(lambda a, r: a))
+
+    # what each window adds, as docs/windows.md lists it
+    def planned(result: Any) -> list[str]:
+        return [name for name, _ in p.plan.nodes[result.node.name].schema]
+
+    default = keyed.window(hr.Tumbling("1s")).process(lambda k, w, rs: [], schema={"pane_kind": "string"})
+    assert planned(default) == ["key", "window_start", "window_end", "pane_kind"]  # the user's field
+    early = keyed.window(hr.Tumbling("1s"), trigger=hr.AfterWatermark(early=hr.EveryN(2)))
+    assert planned(early.process(lambda k, w, rs: [], schema={"x": "long"})) == [
+        "key", "window_start", "window_end", "pane_kind", "pane_index", "x"]
+    assert planned(keyed.window(hr.Sliding("2s", "1s")).aggregate_with(Summary(), schema={"n": "long"})) == [
+        "key", "window_start", "window_end", "n"]
+
+
+def test_the_micro_batch_model_counts_each_late_record_once_tumbling_and_sliding(tmp_path):
+    """A conformance case of the micro-batch model (Spark's) with a record that missed every window
+    it belongs to: the run counts it once, for a tumbling window (Spark's operator) and a sliding
+    one (the processor); a record that still reaches an open sliding window is no late drop. The
+    expected panes and drops are worked out by hand from the windows and watermarks below."""
+    from headrace.testing.conformance import check
+
+    def event(value: int, t: int) -> dict[str, Any]:
+        return {"key": "a", "value": value, "event_time": t}
+
+    end = {"marker": "end_batch"}
+    # W after each batch (delay 0): 20 s, 20 s, 40 s, 41 s. Batch 2 is judged against 20 s.
+    batches = [event(1, 20_000), end, event(2, 3_000), event(3, 17_000), end, event(4, 40_000), end,
+               event(5, 41_000), end]
+
+    def case(window: dict[str, Any], output: list[tuple[int, int, int, int]], dropped: list[int]) -> dict[str, Any]:
+        semantics = {"window": window, "watermark": {"delay_ms": 0, "scope": "global"}, "allowed_lateness_ms": 0,
+                     "trigger": {"type": "event_time", "early": None, "on_time_empty_pane": "skip"},
+                     "accumulation_mode": "accumulating", "output_mode": "append"}
+        return {"id": f"late_count_{window['kind']}", "watermark_model": "micro_batch", "semantics": semantics,
+                "input": batches, "expected_dropped": [e for e in batches if e.get("value") in dropped],
+                "expected_output": [{"key": "a", "window_start": s, "window_end": e, "kind": "on_time", "pane": 0,
+                                     "aggregate": {"sum": total, "count": n}, "at": 0} for s, e, total, n in output]}
+
+    # tumbling 10 s: 3 s missed [0, 10 s), 17 s missed [10 s, 20 s); batch 4 (W 40 s) closes [20 s, 30 s)
+    tumbling = case({"kind": "tumbling", "size_ms": 10_000}, [(20_000, 30_000, 1, 1)], dropped=[2, 3])
+    # sliding 10 s every 5 s: 3 s missed both its windows; 17 s missed [10 s, 20 s) but counts in
+    # [15 s, 25 s); batch 4 closes [15 s, 25 s) and [20 s, 30 s)
+    sliding = case({"kind": "sliding", "size_ms": 10_000, "slide_ms": 5_000},
+                   [(15_000, 25_000, 4, 2), (20_000, 30_000, 1, 1)], dropped=[2])
+    for conformance_case in (tumbling, sliding):
+        assert check(conformance_case, str(tmp_path / conformance_case["id"]), strict=False) == []

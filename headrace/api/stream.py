@@ -624,9 +624,8 @@ class WindowedStream:
         aggs = dict(_merged(stream, step, self.where, aggs, named))
         if emit not in ("final", "updates"):
             raise step_error(step, self.where, f"emit must be 'final' or 'updates', got {emit!r}")
-        checked = _check_aggs(stream, step, self.where, aggs, (*self.keys, "window_start", "window_end"))
-        panes = isinstance(self.shape, (Count, Global)) or not self.emission.is_default()
-        schema = _aggregate_schema(stream, checked, windowed=True, panes=panes)
+        checked = _check_aggs(stream, step, self.where, aggs, self._added_columns())
+        schema = _aggregate_schema(stream, checked, windowed=True, panes=self._has_panes())
         if emit == "updates" and not self.emission.is_default():
             raise step_error(step, self.where, "emit='updates' is Spark's update mode for default windows; with a "
                                                "trigger, lateness or discarding panes the panes are the updates: "
@@ -668,12 +667,31 @@ class WindowedStream:
             results = tuple((n, t) for n, t in stream.node.schema if n not in self.keys)
         else:
             results = schema_of(schema, f"step '{step}' ({self.where}) schema")
+        self._refuse_collisions(step, kind, results)
         keys = tuple((k, stream._type_of(k)) for k in self.keys)
-        output = (*keys, ("window_start", "timestamp"), ("window_end", "timestamp"), ("pane_kind", "string"),
-                  ("pane_index", "long"), *results)
+        panes = (("pane_kind", "string"), ("pane_index", "long")) if self._has_panes() else ()
+        output = (*keys, ("window_start", "timestamp"), ("window_end", "timestamp"), *panes, *results)
         return self._finish(WindowAggregateNode(step, (stream.node.name,), self.where, output, keys=self.keys,
                                                 window=self.shape, emission=self.emission, function=kind, fn=fn,
                                                 result_schema=results))
+
+    def _has_panes(self) -> bool:
+        return self.emission.has_panes(by_count=isinstance(self.shape, (Count, Global)))
+
+    def _added_columns(self) -> tuple[str, ...]:
+        """The columns the window puts before its results (docs/windows.md, "Output columns")."""
+        panes = ("pane_kind", "pane_index") if self._has_panes() else ()
+        return (*self.keys, "window_start", "window_end", *panes)
+
+    def _refuse_collisions(self, step: str, kind: str, results: Schema) -> None:
+        added = self._added_columns()
+        for name, _ in results:
+            if name in added:
+                fix = ("rename that field before the window (select or with_columns)" if kind == "reduce"
+                       else f"rename {name!r} in schema=")
+                raise step_error(step, self.where, f"the {kind.replace('_', ' ')}'s output field {name!r} collides "
+                                                   f"with a column the window adds (its output starts with "
+                                                   f"{', '.join(added)}); {fix}")
 
     def _finish(self, node: WindowAggregateNode) -> WindowResult:
         by_count = isinstance(self.shape, (Count, Global)) or isinstance(self.emission.trigger, CountTrigger)

@@ -61,6 +61,9 @@ class WindowState:
     count_panes: dict[Any, int] = field(default_factory=dict)
     clock: int = 0
     count_accs: dict[Any, Any] = field(default_factory=dict)  # tumbling count windows: the open window
+    # the last watermark the key acted on, for a step reading another stateful step's results
+    # (see WindowLogic.process_results)
+    watermark: float = NEG_INF
 
     def __setstate__(self, pickled: dict[str, Any]) -> None:
         """A state stored by an older version lacks the newer fields: they start empty."""
@@ -121,6 +124,17 @@ class WindowLogic:
             for ident in sorted(state.panes, key=_order):
                 self._fire(ident, state.panes[ident], "update", out)
 
+    def process_results(self, state: WindowState, records: Iterable[tuple[Any, int, dict[str, Any]]],
+                        watermark: float, out: list[Fired], dropped: list[Dropped]) -> None:
+        """``process`` then ``on_watermark`` for a step that reads the results of an earlier
+        stateful step. Spark hands it the results the earlier step emitted when this micro-batch's
+        watermark passed them, so they are behind that watermark; on time is judged as Spark's
+        late-event filter judges a chained operator's input: against the watermark before this
+        micro-batch (the last one the key acted on). The windows they complete then fire on time,
+        in the same micro-batch."""
+        self.process(state, records, state.watermark, out, dropped)
+        self.on_watermark(state, watermark, out)
+
     def process_counted_columns(self, state: WindowState, key: Any, columns: dict[str, list[Any]], records: int,
                                 out: list[Fired]) -> None:
         """``process`` for a tumbling count window of built-in aggregates (``counts_columns``):
@@ -137,6 +151,7 @@ class WindowLogic:
 
     def on_watermark(self, state: WindowState, watermark: float, out: list[Fired]) -> None:
         """Fire the on-time panes of windows the watermark completed; forget expired ones."""
+        state.watermark = max(state.watermark, watermark)
         if isinstance(self.trigger, AfterWatermark) and not self.updates:
             for ident in sorted(state.panes, key=_order):
                 pane = state.panes[ident]

@@ -176,7 +176,7 @@ class Lowering(WatermarkPlacement):
         node = self.plan.nodes[name]
         if isinstance(node, WindowAggregateNode) and window_needs_processor(self.plan, node):
             self.raw_windows[name] = df
-            df = window_panes(df, node.schema)
+            df = window_panes(df, node)
         elif isinstance(node, SourceNode) and node.connector.emits_dead_letters:
             self.raw_sources[name] = df
             df = good_rows(node, df, self)

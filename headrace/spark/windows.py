@@ -60,15 +60,20 @@ if TYPE_CHECKING:
 else:
     pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
+# A window processor's own columns have internal names, so that no result field can meet them
+# (the API refuses results named like a column the window adds: keys, bounds, pane columns).
 OUTPUT_KIND = "_hr_output"
-LATE_COLUMNS = ("late_step", "late_key", "late_event_time", "late_window_start", "late_window_end", "late_record")
-TIMESTAMP_COLUMNS = ("window_start", "window_end", "late_event_time", "late_window_start", "late_window_end")
+PANE_KIND, PANE_INDEX = "_hr_pane_kind", "_hr_pane_index"
+LATE_STEP, LATE_KEY, LATE_RECORD = "_hr_late_step", "_hr_late_key", "_hr_late_record"
+LATE_TIME, LATE_START, LATE_END = "_hr_late_event_time", "_hr_late_window_start", "_hr_late_window_end"
+LATE_COLUMNS = (LATE_STEP, LATE_KEY, LATE_TIME, LATE_START, LATE_END, LATE_RECORD)
+TIMESTAMP_COLUMNS = ("window_start", "window_end", LATE_TIME, LATE_START, LATE_END)
 
 
 def raw_columns(keys: list[str], result_fields: list[str], late: bool) -> list[str]:
     """The columns of a window processor's output: the panes', then the late records' when a
     record can be late or a late side output is attached."""
-    panes = [*keys, "window_start", "window_end", "pane_kind", "pane_index", *result_fields]
+    panes = [*keys, "window_start", "window_end", PANE_KIND, PANE_INDEX, *result_fields]
     return [*panes, OUTPUT_KIND, *LATE_COLUMNS] if late else panes
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -88,8 +93,9 @@ class WindowProcessor(StatefulProcessor):
 
     def __init__(self, step: str, logic: WindowLogic, keys: list[str], value_fields: list[str],
                  integers: frozenset[str], result_fields: list[str], event_time: str | None, columns: list[str],
-                 test_clock: bool, late_columns: bool, timed: bool = False) -> None:
+                 test_clock: bool, late_columns: bool, timed: bool = False, chained: bool = False) -> None:
         self.step, self.logic, self.keys, self.event_time = step, logic, keys, event_time
+        self.chained = chained  # the records are an earlier stateful step's results
         self.columns = pd.Index(columns)
         self.value_fields, self.integers, self.result_fields = value_fields, integers, result_fields
         self.test_clock = test_clock
@@ -114,7 +120,8 @@ class WindowProcessor(StatefulProcessor):
         dropped: list[Dropped] = []
         data, clock = data_rows(group_frame(rows, self.columns))
         try:
-            self.logic.on_watermark(state, watermark, fired)
+            if not self.chained:
+                self.logic.on_watermark(state, watermark, fired)
             self._wall_clock(state, timerValues, fired)
             self._process(state, key_value(key, self.keys), data, watermark, fired, dropped)
             if clock is not None:
@@ -134,7 +141,10 @@ class WindowProcessor(StatefulProcessor):
             self.logic.process_counted_columns(state, key, columns, len(data), fired)
             return
         records = timed_records(data, self.value_fields, self.integers, key, untimed=0)
-        self.logic.process(state, records, watermark, fired, dropped)
+        if self.chained:
+            self.logic.process_results(state, records, watermark, fired, dropped)
+        else:
+            self.logic.process(state, records, watermark, fired, dropped)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
         state = self.cell.load(fired_timer=expiredTimerInfo.getExpiryTimeInMs())
@@ -163,8 +173,9 @@ class WindowProcessor(StatefulProcessor):
             keys = pane.key if len(self.keys) > 1 else (pane.key,)
             for result in pane.results:
                 row = dict(zip(self.keys, keys))
-                row.update(window_start=_timestamp(pane.start), window_end=_timestamp(pane.end),
-                           pane_kind=pane.kind, pane_index=pane.pane, **{f: result.get(f) for f in self.result_fields})
+                row.update({f: result.get(f) for f in self.result_fields})
+                row.update({"window_start": _timestamp(pane.start), "window_end": _timestamp(pane.end),
+                            PANE_KIND: pane.kind, PANE_INDEX: pane.pane})
                 if self.timed:  # the last instant of the window (Spark's window_time)
                     row[RESULT_TIME] = _timestamp(pane.end) - pd.Timedelta(microseconds=1)
                 row[OUTPUT_KIND] = "pane"  # (no such column without late columns: then it goes unused)
@@ -172,11 +183,10 @@ class WindowProcessor(StatefulProcessor):
         for late in dropped:  # always: the late records are counted, and kept if a late output is attached
             # (a late record's row never reaches a later step; Spark wants its time past the watermark)
             rows.append({OUTPUT_KIND: "late", RESULT_TIME: _timestamp(max(self.raw_watermark, 0) + 1),
-                         "late_step": self.step, "late_key": str(late.key),
-                         "late_event_time": late.record.get(self.event_time) if self.event_time else None,
-                         "late_window_start": _timestamp(late.window_start),
-                         "late_window_end": _timestamp(late.window_end),
-                         "late_record": json.dumps(late.record, default=str, sort_keys=True)})
+                         LATE_STEP: self.step, LATE_KEY: str(late.key),
+                         LATE_TIME: late.record.get(self.event_time) if self.event_time else None,
+                         LATE_START: _timestamp(late.window_start), LATE_END: _timestamp(late.window_end),
+                         LATE_RECORD: json.dumps(late.record, default=str, sort_keys=True)})
         return output_frame(rows, self.output_columns, self.timestamps)
 
     def close(self) -> None:
@@ -234,17 +244,17 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
     results = _result_fields(node, types)
     late_columns = event_time is not None or late
     columns = ([f"`{k}` {types[k]}" for k in keys] + ["window_start timestamp", "window_end timestamp",
-               "pane_kind string", "pane_index bigint"] + [f"`{n}` {t}" for n, t in results])
+               f"{PANE_KIND} string", f"{PANE_INDEX} bigint"] + [f"`{n}` {t}" for n, t in results])
     if late_columns:
-        columns += [f"{OUTPUT_KIND} string", "late_step string", "late_key string", "late_event_time timestamp",
-                    "late_window_start timestamp", "late_window_end timestamp", "late_record string"]
+        columns += [f"{OUTPUT_KIND} string", f"{LATE_STEP} string", f"{LATE_KEY} string", f"{LATE_TIME} timestamp",
+                    f"{LATE_START} timestamp", f"{LATE_END} timestamp", f"{LATE_RECORD} string"]
     if timed:  # a later stateful step reads the results with their event time
         columns.append(f"{RESULT_TIME} timestamp")
     integers = integer_fields(prepared, value_fields)
     prepared = exact_integers(prepared, integers)
     processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, integers,
                                 [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan),
-                                late_columns, timed)
+                                late_columns, timed, chained=event_time == RESULT_TIME)
     return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=", ".join(columns),
         outputMode="Update" if node.emit == "updates" else "Append",
@@ -295,7 +305,7 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
             late = F.count(F.when(F.col(OUTPUT_KIND) == "late", 1)).alias("late_dropped")
             raw = raw.observe(f"{LATE_METRIC_PREFIX}{node.name}", late)
         lowering.raw_windows[node.name] = raw
-        return window_panes(raw, node.schema)
+        return window_panes(raw, node)
     df = without_control(lowering.input(node))
     shape = node.window.to_json()
     event_time = F.col(f"`{lowering.plan.nodes[node.inputs[0]].event_time}`")
@@ -319,20 +329,24 @@ def lower_late_records(node: LateRecordsNode, lowering: Lowering) -> DataFrame:
     return window_late_records(lowering.raw_windows[node.inputs[0]])
 
 
-def window_panes(raw: DataFrame, schema: Any) -> DataFrame:
-    """The panes of a window processor's output, with the columns of the step's planned schema."""
-    panes = raw
-    if OUTPUT_KIND in raw.columns:  # see raw_columns
-        panes = raw.filter(F.col(OUTPUT_KIND) == "pane").drop(OUTPUT_KIND, *LATE_COLUMNS)
-    if not schema:
-        return panes
+def window_panes(raw: DataFrame, node: WindowAggregateNode) -> DataFrame:
+    """The panes of a window processor's output, with exactly the columns of the step's planned
+    schema (and the hidden event time a later stateful step reads): never a late record's row
+    or the processor's own columns."""
+    panes = raw.filter(F.col(OUTPUT_KIND) == "pane") if OUTPUT_KIND in raw.columns else raw  # see raw_columns
+    added = {"pane_kind": PANE_KIND, "pane_index": PANE_INDEX} if node.emission.has_panes(
+        by_count=node.window.to_json()["kind"] in ("count", "global")) else {}
+    internal = {PANE_KIND, PANE_INDEX, OUTPUT_KIND, *LATE_COLUMNS, RESULT_TIME}
+    names = [name for name, _ in node.schema] if node.schema else [
+        c for c in panes.columns if c not in internal] + list(added)
     timed = [F.col(RESULT_TIME)] if RESULT_TIME in panes.columns else []
-    return panes.select(*[F.col(f"`{name}`") for name, _ in schema], *timed)
+    return panes.select(*[F.col(added[name]).alias(name) if name in added else F.col(f"`{name}`") for name in names],
+                        *timed)
 
 
 def window_late_records(raw: DataFrame) -> DataFrame:
     """The late side output: step, key, event time, the window missed, the record."""
     return raw.filter(F.col(OUTPUT_KIND) == "late").select(
-        F.col("late_step").alias("step"), F.col("late_key").alias("key"),
-        F.col("late_event_time").alias("event_time"), F.col("late_window_start").alias("window_start"),
-        F.col("late_window_end").alias("window_end"), F.col("late_record").alias("record"))
+        F.col(LATE_STEP).alias("step"), F.col(LATE_KEY).alias("key"), F.col(LATE_TIME).alias("event_time"),
+        F.col(LATE_START).alias("window_start"), F.col(LATE_END).alias("window_end"),
+        F.col(LATE_RECORD).alias("record"))

@@ -48,17 +48,19 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     inputs = {sink.inputs[0] for sink in sinks}
     frames = {sink.name: frames[sink.name] for sink in sinks if sink.name in frames}  # none with operators
     root = shared_root(plan)
+    native = native_sink_format(plan, sinks[0])
     if has_operators(plan):
         assert root is not None
         stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint)
-    elif len(inputs) == 1 and not (root and root in compiled.lowering.raw_windows):
+    elif native or (len(inputs) == 1 and not (root and root in compiled.lowering.raw_windows)):
+        # Spark's own writer writes the query's stream as it is: the sink's frame, never a root
+        # stream split per batch (a window processor's raw output has its internal columns)
         stream = frames[sinks[0].name]
         dispatch = _same_stream(sinks)
     elif root is not None:
         stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir)
     else:
         stream, dispatch = _tagged(plan, compiled, sinks, run_dir)
-    native = native_sink_format(plan, sinks[0])
     if native:
         stream = sinks[0].connector.native_frame(stream)
     # the query runs on a copy of the session's settings taken when it starts
