@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from headrace.cli import load_pipeline
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+FRAGMENT = "<!-- fragment -->"
+_PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+@dataclass(frozen=True)
+class Block:
+    where: str  # README.md:29
+    code: str
+    fragment: bool  # marked <!-- fragment --> on the line before: a piece of a larger program
+
+
+def python_blocks(path: Path) -> list[Block]:
+    """The fenced python blocks of a Markdown file, in order."""
+    text = path.read_text()
+    blocks = []
+    for match in _PYTHON_BLOCK.finditer(text):
+        before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        line = text.count("\n", 0, match.start()) + 1
+        blocks.append(Block(f"{path.relative_to(ROOT)}:{line}", match.group(1), before.strip() == FRAGMENT))
+    return blocks
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -32,16 +58,42 @@ def test_testing_doc_example_runs(spark):
     namespace["test_counts_per_window"]()
 
 
-def test_readme_tour_runs_as_written(spark, tmp_path, monkeypatch, capsys):
-    """The README's tour, run as written (with its state under a temporary directory)."""
-    monkeypatch.setenv("HEADRACE_STATE_DIR", str(tmp_path))
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(code, "README.md", "exec"), {})
-    printed = capsys.readouterr().out
-    assert "pipeline 'word_counts'" in printed
-    assert "fused Python stage #1" in printed
-    assert "--- batch" in printed and "window_start" in printed
+PROGRESS_LINE = re.compile(r"^batch \d+ \| ")
+NOISE = ("[warning]", "WARN", "Python worker", "Traceback", "Exception")
+
+
+def headrace_command() -> list[str]:
+    """``headrace`` as a user types it: the console script beside this Python, else the module."""
+    script = Path(sys.executable).with_name("headrace")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "headrace.cli"]
+
+
+def test_readme_tour_runs_as_the_readme_says_quietly_on_a_first_run(tmp_path):
+    """The README's tour saved as words.py: ``headrace explain words.py`` prints the plan and starts
+    nothing (the file calls ``p.run()``); ``headrace run words.py`` runs it, its functions reaching
+    Spark's workers, on a first run (no JVM class archive yet: the JVM writes one as it exits) with
+    nothing on stderr but the progress lines: no JVM class-data warnings, no Python-worker chatter."""
+    (tmp_path / "words.py").write_text(python_blocks(ROOT / "README.md")[0].code)
+    env = {**os.environ, "HEADRACE_CACHE_DIR": str(tmp_path / "cache"), "PYSPARK_PYTHON": sys.executable}
+
+    def headrace(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*headrace_command(), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=900)
+
+    explained = headrace("explain", "words.py")
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.count("pipeline 'word_counts'") == 2  # the file's print(p.explain()), then the command's
+    assert "--- batch" not in explained.stdout and explained.stderr == ""
+    assert not (tmp_path / ".headrace").exists()  # no checkpoint, no Spark log: nothing ran
+
+    ran = headrace("run", "words.py")
+    assert ran.returncode == 0, ran.stderr
+    assert "fused Python stage #1" in ran.stdout
+    assert "--- batch" in ran.stdout and "window_start" in ran.stdout
+    assert "word_counts: 20,000 rows in 2 batches, 0 dead letters, stopped: input exhausted" in ran.stdout
+    assert [line for line in ran.stderr.splitlines() if not PROGRESS_LINE.match(line)] == [], ran.stderr
+    assert not [word for word in NOISE if word in ran.stderr], ran.stderr
+    assert list((tmp_path / "cache" / "jvm").glob("*.jsa")), "not a first run: no class archive was written"
 
 
 def test_fraud_alerts_prints_what_docs_process_md_shows(spark, capsys):
@@ -83,3 +135,4 @@ def test_two_stage_windows_prints_what_docs_windows_md_shows(spark, capsys):
         "home [00:00, 00:05) busiest minute 3, total 6",
         "home [00:05, 00:10) busiest minute 1, total 1",
     ]
+
