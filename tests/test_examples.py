@@ -234,7 +234,8 @@ def _reachable(port: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("name, service, port", [("redis_clicks", "Redis", 6379), ("nats_orders", "NATS", 4222)])
+@pytest.mark.parametrize("name, service, port", [("redis_clicks", "Redis", 6379), ("nats_orders", "NATS", 4222),
+                                                 ("rabbitmq_big_orders", "RabbitMQ Streams", 5552)])
 def test_a_service_example_run_as_a_script_prints_what_docs_connectors_md_shows(name, service, port, spark, capsys):
     """``python examples/NAME.py`` against the real service prints what docs/connectors.md shows."""
     import runpy
@@ -245,10 +246,44 @@ def test_a_service_example_run_as_a_script_prints_what_docs_connectors_md_shows(
     runpy.run_path(str(ROOT / "examples" / f"{name}.py"), run_name="__main__")
     printed = capsys.readouterr().out.splitlines()
     doc = (ROOT / "docs" / "connectors.md").read_text()
-    shown = doc.split(f"`examples/{name}.py` is this pipeline. Run as a script", 1)[1].split("```\n")[1]
+    shown = doc.split(f"`examples/{name}.py` is this pipeline", 1)[1].split("```\n")[1]  # the next output block
     assert printed == shown.splitlines()
+    if name == "rabbitmq_big_orders":  # the orders of 10 or more, in order, keyed by user
+        orders = [("ana", 12), ("bob", 3), ("ana", 40), ("cy", 7), ("bob", 25)]
+        big = [(i, user, amount) for i, (user, amount) in enumerate(orders) if amount >= 10]
+        assert printed == [f'{offset} {{"order_id":{i},"user":"{user}","amount":{amount}}} '
+                           f"{{b'key': b'{user}'}}" for offset, (i, user, amount) in enumerate(big)]
     if name == "redis_clicks":  # nine clicks (ms after midnight, user), counted per 10 s window by hand
         clicks = [(0, "ana"), (2_000, "bob"), (4_000, "ana"), (9_999, "ana"), (10_000, "bob"), (12_500, "ana"),
                   (15_000, "bob"), (21_000, "ana"), (29_000, "bob")]
         counts = Counter((at // 10_000, user) for at, user in clicks)
         assert printed == [f"00:00:{w}0-00:00:{w + 1}0 {user}: {n}" for (w, user), n in sorted(counts.items())]
+
+
+def test_files_to_postgres_runs_with_headrace_run_as_its_docstring_says(spark, pg, tmp_path, monkeypatch):
+    """examples/files_to_postgres.py: the two lines its docstring writes to the input folder, then
+    ``headrace run`` (stopped after a while, as Ctrl-C would): the order reaches PostgreSQL with its
+    amount in cents, the line that is not JSON the dead-letter table."""
+    import psycopg
+    from conftest import PG_DSN
+
+    from headrace.cli import main
+
+    database = "headrace_example_files_to_postgres"
+    if not pg.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone():
+        pg.execute(f"CREATE DATABASE {database}")
+    dsn = PG_DSN.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("DROP TABLE IF EXISTS orders, orders_dead_letters")
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"order_id": 1, "amount": 9.5, "ts": "2026-01-01T10:00:00Z"}\nnot json\n')
+    path = ROOT / "examples" / "files_to_postgres.py"
+    assert "headrace run examples/files_to_postgres.py" in path.read_text()
+    monkeypatch.setenv("HEADRACE_EXAMPLE_INPUT", str(folder))
+    monkeypatch.setenv("HEADRACE_EXAMPLE_DSN", dsn)
+    assert main(["run", str(path), "--max-seconds", "20", "--quiet", "--state-dir", str(tmp_path / "state")]) == 0
+    with psycopg.connect(dsn, autocommit=True) as db:
+        assert db.execute("SELECT order_id, amount, amount_cents FROM orders").fetchall() == [(1, 9.5, 950)]
+        assert db.execute("SELECT count(*) FROM orders_dead_letters").fetchone() == (1,)
+        db.execute("DROP TABLE orders, orders_dead_letters")
