@@ -272,7 +272,7 @@ JVM_STDERR_NOISE = re.compile(rb"^WARNING: Using incubator modules: "
 
 
 def pass_on_stderr(lines: Iterable[bytes], write: Callable[[bytes], Any]) -> None:
-    """``write`` each of ``lines`` but the noise (and the blank line a noisy ``print`` adds).
+    r"""``write`` each of ``lines`` but the noise (and the blank line a noisy ``print`` adds).
 
     >>> shown = []
     >>> pass_on_stderr([b"WARNING: Using incubator modules: jdk.incubator.vector\n",
