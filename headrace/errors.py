@@ -106,13 +106,17 @@ def python_exception(text: str) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` in one line; for a Python worker's exception (PySpark's PythonException),
-    with the exception the worker's traceback ends with."""
+    """``Type: message``; a Python worker's exception (PySpark's PythonException, whose message is
+    its worker's whole traceback) in one line, ending with the exception the traceback ends with.
+
+    >>> describe(RuntimeError("disk full"))
+    'RuntimeError: disk full'
+    """
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
     if first.endswith(WORKER_EXCEPTION):
-        first = f"{first} {python_exception(text)}"
-    return f"{type(exc).__name__}: {first}"
+        text = f"{first} {python_exception(text)}"
+    return f"{type(exc).__name__}: {text}"
 
 
 class PipelineFileError(PlanError):
