@@ -7,10 +7,12 @@ over Ctrl-C and SIGTERM: a signal at any moment of a run's start-up stops it cle
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.util
 import json
 import os
-import runpy
 import sys
+from types import ModuleType
 from typing import Any
 
 from headrace.errors import HeadraceError
@@ -27,8 +29,10 @@ class UsageError(Exception):
 
 
 def load_pipeline(target: str) -> Any:
-    """``FILE[:PIPELINE]``: run FILE as a module (not as __main__) and pick a Pipeline from it;
-    a pipeline file (``.yaml``, ``.yml``) is read with ``hr.load_pipeline_file``."""
+    """``FILE[:PIPELINE]``: load FILE as a module (not as __main__) and pick a Pipeline from it;
+    a pipeline file (``.yaml``, ``.yml``) is read with ``hr.load_pipeline_file``. A file that
+    calls ``p.run()`` stops there, and ``p`` is the pipeline picked: the command runs it (or,
+    for ``explain``, does not)."""
     from headrace.api.stream import Pipeline
 
     path, _, wanted = target.partition(":")
@@ -36,14 +40,10 @@ def load_pipeline(target: str) -> Any:
         raise UsageError(f"no such file: {path}")
     if path.endswith(PIPELINE_FILE_SUFFIXES):
         return _load_pipeline_file(path, wanted)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        namespace = runpy.run_path(path, run_name="__headrace__")
-    except HeadraceError:
-        raise
-    except Exception as exc:
-        raise UsageError(f"{path} failed to load: {type(exc).__name__}: {exc}") from None
-    found = {name: value for name, value in namespace.items() if isinstance(value, Pipeline)}
+    module, ran = load_user_file(path)
+    found = {name: value for name, value in vars(module).items() if isinstance(value, Pipeline)}
+    if ran is not None and (not wanted or wanted == ran.name):
+        return ran
     if wanted:
         for variable, pipeline in found.items():
             if wanted in (variable, pipeline.name):
@@ -54,6 +54,49 @@ def load_pipeline(target: str) -> Any:
     if len(found) > 1:
         raise UsageError(f"{path} defines several pipelines ({', '.join(found)}); choose one with {path}:NAME")
     return next(iter(found.values()))
+
+
+def load_user_file(path: str) -> tuple[ModuleType, Any]:
+    """Import the Python file ``path`` as a module of its own (its folder on the Python path) and
+    the pipeline it runs, if it calls ``run``: the run is deferred, not started. The module and
+    the modules it imports from its folder travel to Spark's workers by value (the workers need
+    not find them on their path)."""
+    from headrace.api.import_paths import ship_by_value
+    from headrace.runtime.runner import RunDeferred, deferring_runs
+
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
+    name = _module_name(path)
+    spec = importlib.util.spec_from_file_location(name, os.path.abspath(path))
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    before = set(sys.modules)
+    sys.modules[name] = module
+    ran = None
+    try:
+        with deferring_runs():
+            spec.loader.exec_module(module)
+    except RunDeferred as deferred:
+        ran = deferred.pipeline
+    except HeadraceError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"{path} failed to load: {type(exc).__name__}: {exc}") from None
+    for loaded in [module, *(sys.modules[new] for new in set(sys.modules) - before)]:
+        if os.path.abspath(getattr(loaded, "__file__", None) or "/").startswith(folder + os.sep):
+            ship_by_value(loaded)
+    return module, ran
+
+
+def _module_name(path: str) -> str:
+    """The file's name without ``.py`` when no other module has it, else a private name."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    taken = sys.modules.get(stem)
+    if stem.isidentifier() and (taken is None or getattr(taken, "__file__", None) == os.path.abspath(path)):
+        return stem
+    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:8]
+    return f"__headrace_file_{digest}__"
 
 
 def _load_pipeline_file(path: str, wanted: str) -> Any:

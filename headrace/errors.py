@@ -54,12 +54,69 @@ _RAISED = re.compile(r"headrace\.errors\.(StepFunctionError|SourceError|SinkErro
 
 def raised_inside(text: str, only: tuple[str, ...] = ("StepFunctionError", "SourceError", "SinkError")
                   ) -> HeadraceError | None:
-    """The first headrace error of a kind in ``only`` that a Spark failure's text carries
-    (a Python worker's traceback, wrapped by Spark)."""
+    r"""The first headrace error of a kind in ``only`` that a Spark failure's text carries
+    (a Python worker's traceback, wrapped by Spark). A message that ends where a Python
+    worker's traceback begins gets the worker's exception added.
+
+    >>> text = ("headrace.errors.SinkError: sink 'out' (words.py:15): PythonException: An exception was thrown "
+    ...         "from the Python worker:\nTraceback (most recent call last):\n  File \"worker.py\", line 73\n"
+    ...         "    command = serializer._read_with_length(file)\nModuleNotFoundError: No module named 'words'\n"
+    ...         "\n\tat org.apache.spark.api.python.Runner")
+    >>> print(str(raised_inside(text)).split("worker: ")[1])
+    ModuleNotFoundError: No module named 'words'
+    """
     for match in _RAISED.finditer(text):
         if match.group(1) in only:
-            return _RAISED_KINDS[match.group(1)](match.group(2).strip())
+            message = match.group(2).strip()
+            if message.endswith(WORKER_EXCEPTION):
+                message = f"{message} {python_exception(text[match.end():])}"
+            return _RAISED_KINDS[match.group(1)](message)
     return None
+
+
+WORKER_EXCEPTION = "An exception was thrown from the Python worker:"  # PythonException's first line
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def python_exception(text: str) -> str:
+    r"""The exception a Python traceback in ``text`` ends with (``KeyError: 'x'``), the last of a
+    chain; ``text``'s first line when it holds no traceback.
+
+    >>> python_exception("Traceback (most recent call last):\n  File 'a.py', line 1\nValueError: bad\n\n"
+    ...                  "During handling of the above exception, another exception occurred:\n\n"
+    ...                  "Traceback (most recent call last):\n  File 'a.py', line 3\nKeyError: 'x'\n"
+    ...                  "\tat org.apache.spark.Thing")
+    "KeyError: 'x'"
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), None)
+    if start is None:
+        return next((line.strip() for line in lines if line.strip()), "")
+    found, in_frames = "", False
+    for line in lines[start + 1:]:
+        if line.startswith("Traceback (most recent call last)"):
+            in_frames = True
+        elif line.startswith(" "):
+            in_frames = True
+        elif in_frames and line.strip():
+            found, in_frames = line.strip(), False
+        elif line.strip() and not line.startswith(_CHAINED):
+            break  # past the traceback (Spark's JVM frames, its summary)
+    return found
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message``; a Python worker's exception (PySpark's PythonException, whose message is
+    its worker's whole traceback) in one line, ending with the exception the traceback ends with.
+
+    >>> describe(RuntimeError("disk full"))
+    'RuntimeError: disk full'
+    """
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if first.endswith(WORKER_EXCEPTION):
+        text = f"{first} {python_exception(text)}"
+    return f"{type(exc).__name__}: {text}"
 
 
 class PipelineFileError(PlanError):

@@ -169,6 +169,23 @@ def test_explain_prints_the_plan_and_its_json(tmp_path, capsys):
     assert [n["name"] for n in plan["nodes"]] == ["words", "sparks", "files"]
 
 
+def test_explain_of_a_file_that_runs_a_pipeline_explains_that_one_and_starts_nothing(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """A file that calls ``p.run(...)`` at module level: ``headrace explain`` stops the file there
+    (the code after it does not run), explains that pipeline (one of two) and starts nothing:
+    ``fresh=True`` deletes no checkpoint."""
+    monkeypatch.chdir(tmp_path)
+    runs = "\nsaved.run(state_dir='state', fresh=True)\nprint('after the run')\n"
+    path = write(tmp_path, "runs.py", PIPELINES + runs)
+    checkpoint = tmp_path / "state" / "saved_words" / "checkpoint"
+    checkpoint.mkdir(parents=True)
+    assert main(["explain", path]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("pipeline 'saved_words'") and "after the run" not in text
+    assert text == load_pipeline(f"{path}:saved").explain() + "\n"
+    assert checkpoint.exists()
+
+
 # -- run and demo (in-process: they share the test's Spark session) -------------------------------
 
 def test_run_prints_the_console_sink_and_ends_with_the_input(spark, tmp_path, capsys):

@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from headrace.cli import load_pipeline
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+FRAGMENT = "<!-- fragment -->"
+_PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+@dataclass(frozen=True)
+class Block:
+    where: str  # README.md:29
+    code: str
+    fragment: bool  # marked <!-- fragment --> on the line before: a piece of a larger program
+
+
+def python_blocks(path: Path) -> list[Block]:
+    """The fenced python blocks of a Markdown file, in order."""
+    text = path.read_text()
+    blocks = []
+    for match in _PYTHON_BLOCK.finditer(text):
+        before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        line = text.count("\n", 0, match.start()) + 1
+        blocks.append(Block(f"{path.relative_to(ROOT)}:{line}", match.group(1), before.strip() == FRAGMENT))
+    return blocks
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -32,28 +59,84 @@ def test_testing_doc_example_runs(spark):
     namespace["test_counts_per_window"]()
 
 
-def test_readme_tour_runs_as_written(spark, tmp_path, monkeypatch, capsys):
-    """The README's tour, run as written (with its state under a temporary directory)."""
-    monkeypatch.setenv("HEADRACE_STATE_DIR", str(tmp_path))
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(code, "README.md", "exec"), {})
-    printed = capsys.readouterr().out
-    assert "pipeline 'word_counts'" in printed
-    assert "fused Python stage #1" in printed
-    assert "--- batch" in printed and "window_start" in printed
+PROGRESS_LINE = re.compile(r"^batch \d+ \| ")
+NOISE = ("[warning]", "WARN", "Python worker", "Traceback", "Exception")
 
 
-def test_fraud_alerts_prints_what_docs_process_md_shows(spark, capsys):
-    """examples/fraud_alerts.py, run as a script, prints the output docs/process.md shows."""
+def headrace_command() -> list[str]:
+    """``headrace`` as a user types it: the console script beside this Python, else the module."""
+    script = Path(sys.executable).with_name("headrace")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "headrace.cli"]
+
+
+def test_readme_tour_runs_as_the_readme_says_quietly_on_a_first_run(tmp_path):
+    """The README's tour saved as words.py: ``headrace explain words.py`` prints the plan and starts
+    nothing (the file calls ``p.run()``); ``headrace run words.py`` runs it, its functions reaching
+    Spark's workers, on a first run (no JVM class archive yet: the JVM writes one as it exits) with
+    nothing on stderr but the progress lines: no JVM class-data warnings, no Python-worker chatter."""
+    (tmp_path / "words.py").write_text(python_blocks(ROOT / "README.md")[0].code)
+    env = {**os.environ, "HEADRACE_CACHE_DIR": str(tmp_path / "cache"), "PYSPARK_PYTHON": sys.executable}
+
+    def headrace(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*headrace_command(), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=900)
+
+    explained = headrace("explain", "words.py")
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.count("pipeline 'word_counts'") == 2  # the file's print(p.explain()), then the command's
+    assert "--- batch" not in explained.stdout and explained.stderr == ""
+    assert not (tmp_path / ".headrace").exists()  # no checkpoint, no Spark log: nothing ran
+
+    ran = headrace("run", "words.py")
+    assert ran.returncode == 0, ran.stderr
+    assert "fused Python stage #1" in ran.stdout
+    assert "--- batch" in ran.stdout and "window_start" in ran.stdout
+    assert "word_counts: 20,000 rows in 2 batches, 0 dead letters, stopped: input exhausted" in ran.stdout
+    assert [line for line in ran.stderr.splitlines() if not PROGRESS_LINE.match(line)] == [], ran.stderr
+    assert not [word for word in NOISE if word in ran.stderr], ran.stderr
+    assert list((tmp_path / "cache" / "jvm").glob("*.jsa")), "not a first run: no class archive was written"
+
+
+def test_fraud_alerts_run_as_a_script_prints_what_docs_process_md_shows_and_nothing_else(tmp_path):
+    """``python examples/fraud_alerts.py`` in a new process prints the lines docs/process.md shows;
+    its process step runs on Spark's transformWithStateInPandas, whose runner's chatter does not
+    reach stderr."""
+    env = {**os.environ, "HEADRACE_STATE_DIR": str(tmp_path), "PYSPARK_PYTHON": sys.executable}
+    result = subprocess.run([sys.executable, "examples/fraud_alerts.py"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert not [word for word in NOISE if word in result.stderr] and result.stderr.strip() == "", result.stderr
+    doc = (ROOT / "docs" / "process.md").read_text()
+    shown = doc.split("prints:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    printed = [line for line in result.stdout.splitlines() if line.strip()]
+    assert printed == shown == ["card 4711: 0.50 then 900.00 (alert 1)", "card 4711: 0.25 then 650.00 (alert 2)"]
+
+
+def test_late_data_run_as_a_script_prints_its_panes_and_the_record_it_dropped(spark, capsys):
+    """``python examples/late_data.py``: an early pane after two readings (1 + 2), the on-time pane
+    at the watermark (+ 3), a late pane within the allowed lateness (+ 4, accumulating), and the
+    reading of 5 s, past the lateness, in the late side output."""
     import runpy
 
-    root = Path(__file__).resolve().parents[1]
-    runpy.run_path(str(root / "examples" / "fraud_alerts.py"), run_name="__main__")
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("card ")]
-    doc = (root / "docs" / "process.md").read_text()
-    shown = doc.split("prints:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
-    assert printed == shown == ["card 4711: 0.50 then 900.00 (alert 1)", "card 4711: 0.25 then 650.00 (alert 2)"]
+    runpy.run_path(str(ROOT / "examples" / "late_data.py"), run_name="__main__")
+    printed = capsys.readouterr().out.splitlines()
+    panes = [tuple(int(n) for n in re.findall(r"total=(\d+) n=(\d+)", line)[0]) for line in printed if "pane" in line]
+    assert panes == [(1 + 2, 2), (1 + 2 + 3, 3), (1 + 2 + 3 + 4, 4)], printed
+    assert [line.split()[0:2] for line in printed if "pane" in line] == [["a", "[00:00:00,"]] * 3
+    dropped = [line for line in printed if line.startswith("dropped by")]
+    assert len(dropped) == 1 and '"value": 5' in dropped[0] and "[00:00:00, 00:00:10)" in dropped[0], printed
+
+
+@pytest.mark.parametrize("name", ["word_count", "sessions"])  # windowed_word_count: 500,000 rows a batch, slow
+def test_a_generator_example_runs_with_headrace_run(name, spark, tmp_path, capsys):
+    """``headrace run examples/NAME.py``, stopped after a few seconds (``--max-seconds``, as a user
+    stops it with Ctrl-C): it runs, and its summary says why it stopped."""
+    from headrace.cli import main
+
+    path = ROOT / "examples" / f"{name}.py"
+    assert f"headrace run examples/{name}.py" in path.read_text()
+    assert main(["run", str(path), "--max-seconds", "10", "--quiet", "--state-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_apex_word_count_prints_what_docs_operators_md_shows(spark, capsys):
@@ -83,3 +166,124 @@ def test_two_stage_windows_prints_what_docs_windows_md_shows(spark, capsys):
         "home [00:00, 00:05) busiest minute 3, total 6",
         "home [00:05, 00:10) busiest minute 1, total 1",
     ]
+
+
+# -- every python block of the README and docs/ ---------------------------------------------------
+# A ```python block is a complete program unless the line before it is <!-- fragment --> (docs/testing.md).
+# A complete block is loaded as `headrace explain FILE` loads a file: its pipeline is built and checked,
+# and a run it starts is deferred, never started. Those that run to an end and show their output
+# are run as their text says, by the tests named here.
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [block for path in DOCS for block in python_blocks(path)]
+RUN_BY_THEIR_OWN_TEST = {  # a string in the block -> the test that runs it
+    'hr.Pipeline("word_counts")': "test_readme_tour_runs_as_the_readme_says_quietly_on_a_first_run",
+    "def test_counts_per_window": "test_testing_doc_example_runs",
+    'hr.Pipeline("sql_word_count")': "tests/test_sql.py::test_the_word_count_in_docs_sql_md_prints_what_it_shows",
+    'hr.Pipeline("accounts_cdc")': "test_the_cdc_block_of_docs_connectors_md_prints_what_it_shows",
+}
+COMPLETE = [b for b in BLOCKS if not b.fragment and not any(s in b.code for s in RUN_BY_THEIR_OWN_TEST)]
+
+
+def block_of(marker: str) -> Block:
+    (block,) = [b for b in BLOCKS if marker in b.code and not b.fragment]
+    return block
+
+
+def test_each_block_run_by_its_own_test_is_in_the_docs():
+    assert len({block_of(marker).where for marker in RUN_BY_THEIR_OWN_TEST}) == len(RUN_BY_THEIR_OWN_TEST)
+
+
+@pytest.mark.parametrize("block", COMPLETE, ids=[b.where for b in COMPLETE])
+def test_a_complete_doc_block_loads_as_headrace_explain_loads_it(block, tmp_path, monkeypatch):
+    from headrace.api.stream import Pipeline
+    from headrace.cli import load_user_file
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / f"block_{block.where.replace('/', '_').replace('.', '_').replace(':', '_')}.py"
+    path.write_text(block.code)
+    module, ran = load_user_file(str(path))
+    pipelines = {id(p): p for p in [ran, *vars(module).values()] if isinstance(p, Pipeline)}
+    for pipeline in pipelines.values():
+        assert pipeline.explain().startswith(f"pipeline {pipeline.name!r}")
+    assert not (tmp_path / ".headrace").exists()  # nothing ran
+
+
+def test_the_cdc_block_of_docs_connectors_md_prints_what_it_shows(spark, pg, capsys):
+    """The change data capture block of docs/connectors.md, run as a script against PostgreSQL: the
+    changes it prints and the live copy's last state are those the docs show."""
+    block = block_of('hr.Pipeline("accounts_cdc")')
+    exec(compile(block.code, block.where, "exec"), {"__name__": "__main__"})
+    printed = capsys.readouterr().out
+    doc = (ROOT / "docs" / "connectors.md").read_text()
+    shown = doc.split(block.code, 1)[1].split("```\n")[2]  # the block, a paragraph, then its output
+
+    def changes(text: str) -> list[str]:
+        return sorted(line for line in text.splitlines() if line.startswith("|") and not line.startswith("|op"))
+
+    assert changes(printed) == changes(shown) and len(changes(shown)) == 4, printed
+    assert printed.splitlines()[-1] == shown.splitlines()[-1] == "[(1, 'ana', 15)]"
+
+
+def _reachable(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("name, service, port", [("redis_clicks", "Redis", 6379), ("nats_orders", "NATS", 4222),
+                                                 ("rabbitmq_big_orders", "RabbitMQ Streams", 5552)])
+def test_a_service_example_run_as_a_script_prints_what_docs_connectors_md_shows(name, service, port, spark, capsys):
+    """``python examples/NAME.py`` against the real service prints what docs/connectors.md shows."""
+    import runpy
+
+    from conftest import service_or_skip
+
+    service_or_skip(service, _reachable(port), f"nothing listens on 127.0.0.1:{port}")
+    runpy.run_path(str(ROOT / "examples" / f"{name}.py"), run_name="__main__")
+    printed = capsys.readouterr().out.splitlines()
+    doc = (ROOT / "docs" / "connectors.md").read_text()
+    shown = doc.split(f"`examples/{name}.py` is this pipeline", 1)[1].split("```\n")[1]  # the next output block
+    assert printed == shown.splitlines()
+    if name == "rabbitmq_big_orders":  # the orders of 10 or more, in order, keyed by user
+        orders = [("ana", 12), ("bob", 3), ("ana", 40), ("cy", 7), ("bob", 25)]
+        big = [(i, user, amount) for i, (user, amount) in enumerate(orders) if amount >= 10]
+        assert printed == [f'{offset} {{"order_id":{i},"user":"{user}","amount":{amount}}} '
+                           f"{{b'key': b'{user}'}}" for offset, (i, user, amount) in enumerate(big)]
+    if name == "redis_clicks":  # nine clicks (ms after midnight, user), counted per 10 s window by hand
+        clicks = [(0, "ana"), (2_000, "bob"), (4_000, "ana"), (9_999, "ana"), (10_000, "bob"), (12_500, "ana"),
+                  (15_000, "bob"), (21_000, "ana"), (29_000, "bob")]
+        counts = Counter((at // 10_000, user) for at, user in clicks)
+        assert printed == [f"00:00:{w}0-00:00:{w + 1}0 {user}: {n}" for (w, user), n in sorted(counts.items())]
+
+
+def test_files_to_postgres_runs_with_headrace_run_as_its_docstring_says(spark, pg, tmp_path, monkeypatch):
+    """examples/files_to_postgres.py: the two lines its docstring writes to the input folder, then
+    ``headrace run`` (stopped after a while, as Ctrl-C would): the order reaches PostgreSQL with its
+    amount in cents, the line that is not JSON the dead-letter table."""
+    import psycopg
+    from conftest import PG_DSN
+
+    from headrace.cli import main
+
+    database = "headrace_example_files_to_postgres"
+    if not pg.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone():
+        pg.execute(f"CREATE DATABASE {database}")
+    dsn = PG_DSN.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("DROP TABLE IF EXISTS orders, orders_dead_letters")
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"order_id": 1, "amount": 9.5, "ts": "2026-01-01T10:00:00Z"}\nnot json\n')
+    path = ROOT / "examples" / "files_to_postgres.py"
+    assert "headrace run examples/files_to_postgres.py" in path.read_text()
+    monkeypatch.setenv("HEADRACE_EXAMPLE_INPUT", str(folder))
+    monkeypatch.setenv("HEADRACE_EXAMPLE_DSN", dsn)
+    assert main(["run", str(path), "--max-seconds", "20", "--quiet", "--state-dir", str(tmp_path / "state")]) == 0
+    with psycopg.connect(dsn, autocommit=True) as db:
+        assert db.execute("SELECT order_id, amount, amount_cents FROM orders").fetchall() == [(1, 9.5, 950)]
+        assert db.execute("SELECT count(*) FROM orders_dead_letters").fetchone() == (1,)
+        db.execute("DROP TABLE orders, orders_dead_letters")

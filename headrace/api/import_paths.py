@@ -68,14 +68,17 @@ def _import(name: str) -> ModuleType:
 
 def ship_by_value(module: ModuleType) -> None:
     """Send the code of ``module``'s top-level package to Spark's Python workers with the function
-    (cloudpickle by value) when it is the user's own code rather than an installed package: the
-    workers need not find it on their Python path."""
+    (by value, with pyspark's cloudpickle and the one operators' instances are pickled with) when it
+    is the user's own code rather than an installed package: the workers need not find it on their
+    Python path."""
     top = sys.modules.get(module.__name__.split(".")[0], module)
     path = getattr(top, "__file__", None) or ""
     if not path or "site-packages" in path or "dist-packages" in path or top.__name__ == "headrace":
         return
     if top.__name__ in sys.stdlib_module_names:
         return
-    from pyspark import cloudpickle  # already loaded by the fluent API
+    import cloudpickle  # operators' and bolts' instances (headrace/operators/instances.py)
+    from pyspark import cloudpickle as spark_cloudpickle  # already loaded by the fluent API
 
-    cloudpickle.register_pickle_by_value(top)
+    for pickler in (spark_cloudpickle, cloudpickle):
+        pickler.register_pickle_by_value(top)

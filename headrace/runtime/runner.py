@@ -9,13 +9,15 @@ either restarted under the run's ``RestartPolicy`` or raised as one headrace err
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
 import os
 import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,8 @@ class PipelineRun:
     def __init__(self, pipeline: Any, *, state_dir: str | None = None, master: str | None = None,
                  progress: str = "line", fresh: bool = False, trigger_interval: str | None = None,
                  restart_attempts: int | None = None, restart_window: Any = None, restart_backoff: Any = None) -> None:
+        if _deferring.get():  # before anything, --fresh's deletion included
+            raise RunDeferred(pipeline)
         self.pipeline = pipeline
         self.plan = pipeline.plan
         check_plan(self.plan)
@@ -364,6 +368,29 @@ def _started_at(progress: dict[str, Any]) -> float:
     """When Spark started the micro-batch of a progress report, in seconds since the epoch."""
     stamp = progress["timestamp"].replace("Z", "+00:00")
     return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
+class RunDeferred(BaseException):
+    """Raised by a new run while the ``headrace`` command loads a file (``deferring_runs``): the
+    file stops at its ``p.run()`` (``hr.run``, ``run_to_completion``...) and the command runs
+    ``pipeline`` (or, for ``explain``, does not)."""
+
+    def __init__(self, pipeline: Any) -> None:
+        super().__init__(f"the run of pipeline {getattr(pipeline, 'name', pipeline)!r} is deferred")
+        self.pipeline = pipeline
+
+
+_deferring = contextvars.ContextVar("headrace_deferring_runs", default=False)
+
+
+@contextlib.contextmanager
+def deferring_runs() -> Iterator[None]:
+    """While this is open, a run starts nothing: :class:`PipelineRun` raises :class:`RunDeferred`."""
+    token = _deferring.set(True)
+    try:
+        yield
+    finally:
+        _deferring.reset(token)
 
 
 def run(pipeline: Any, *, state_dir: str | None = None, master: str | None = None, progress: str = "line",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,7 +111,9 @@ def spark_defaults(master: str) -> dict[str, str]:
 # * higher JIT thresholds: code that runs only while starting is no longer compiled; the hot
 #   paths of a running pipeline still are, a few thousand calls later.
 JIT_OPTIONS = "-XX:CompileThresholdScaling=4"
-JVM_LOG_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr"  # JVM warnings never on stdout (--json)
+# JVM warnings go to stderr, never to stdout (--json), except the class archive's: writing it, the
+# JVM warns of each class it cannot archive (hundreds of lines, none of them the user's concern).
+JVM_LOG_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr -Xlog:cds*=off:stderr"
 
 
 def class_archive_path(java_banner: str) -> str:
@@ -259,6 +262,58 @@ def _off_the_main_thread(make: Callable[[], Any]) -> Any:
     return outcome["value"]
 
 
+# -- the JVM's stderr ----------------------------------------------------------------------------
+# Spark's driver JVM, and the Python processes it starts, write to stderr. Two things they write
+# there on every run are noise: the JVM's notice that Spark uses an incubator module, and Spark's
+# transformWithStateInPandas runner announcing each step of its work. The JVM headrace starts
+# writes its stderr into a pipe; a thread passes every other line on to this process's stderr.
+JVM_STDERR_NOISE = re.compile(rb"^WARNING: Using incubator modules: "
+                              rb"|Streaming TransformWithStateInPandas Python worker")
+
+
+def pass_on_stderr(lines: Iterable[bytes], write: Callable[[bytes], Any]) -> None:
+    r"""``write`` each of ``lines`` but the noise (and the blank line a noisy ``print`` adds).
+
+    >>> shown = []
+    >>> pass_on_stderr([b"WARNING: Using incubator modules: jdk.incubator.vector\n",
+    ...                 b"Starting Streaming TransformWithStateInPandas Python worker.\n", b"\n",
+    ...                 b"[warning][gc] real\n", b"\n"], shown.append)
+    >>> shown
+    [b'[warning][gc] real\n', b'\n']
+    """
+    after_noise = False
+    for line in lines:
+        noise = bool(JVM_STDERR_NOISE.search(line)) or (after_noise and not line.strip())
+        after_noise = noise
+        if not noise:
+            try:
+                write(line)
+            except OSError:
+                pass  # stderr closed: keep draining the pipe, or the JVM would block writing to it
+
+
+def _launch_jvm(conf: Any) -> Any:
+    """Spark's gateway to a driver JVM started here, its stderr passed on without the noise."""
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    stderr = gateway.proc.stderr
+    threading.Thread(target=pass_on_stderr, args=(iter(stderr.readline, b""), lambda line: os.write(2, line)),
+                     name="headrace-jvm-stderr", daemon=True).start()
+    return gateway
+
+
+def _spark_context(settings: dict[str, str]) -> Any:
+    """The SparkContext with ``settings``: a new one on a JVM started here, or the one that exists
+    (Spark's own when ``spark-submit`` started this process)."""
+    from pyspark import SparkConf, SparkContext
+
+    conf = SparkConf().setAll(list(settings.items()))
+    if SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return SparkContext.getOrCreate(conf)
+    return SparkContext(conf=conf, gateway=_launch_jvm(conf))
+
+
 _session: Any = None
 
 
@@ -272,7 +327,6 @@ def get_session(master: str | None = None, log_file: str | None = None, packages
     java_banner = check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     settings = session_settings(master, packages)
@@ -283,7 +337,7 @@ def get_session(master: str | None = None, log_file: str | None = None, packages
     # it creates a context on the main thread, and a signal that arrives while Spark starts must
     # reach headrace's handlers (``headrace/runtime/signals.py``), which may abandon the start.
     try:
-        _off_the_main_thread(lambda: SparkContext.getOrCreate(SparkConf().setAll(list(settings.items()))))
+        _off_the_main_thread(lambda: _spark_context(settings))
     except Exception as exc:
         failure = jars.start_failure(exc, settings)
         if failure is None:

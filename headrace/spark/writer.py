@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from headrace.connectors.base import run_batch
-from headrace.errors import SinkError, raised_inside
+from headrace.errors import SinkError, describe, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
 from headrace.runtime.checkpoints import query_id
@@ -98,7 +98,7 @@ def _raise_for(sink: SinkNode, exc: Exception, doing: str) -> NoReturn:
         raise upstream from None
     if python_worker_crashed(str(exc)):  # a task computing the batch lost its worker: the runtime names the steps
         raise exc
-    raise SinkError(f"sink '{sink.name}' ({sink.defined_at}) failed to {doing}: {type(exc).__name__}: {exc}") from exc
+    raise SinkError(f"sink '{sink.name}' ({sink.defined_at}) failed to {doing}: {describe(exc)}") from exc
 
 
 def _deliver(sinks: list[SinkNode], batch: DataFrame, batch_id: int,
