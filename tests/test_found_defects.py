@@ -3,10 +3,12 @@ by hand from the docs (docs/semantics.md, docs/windows.md)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import headrace as hr
-from headrace.testing import TestSink
+from headrace.testing import TestSink, TestSource, run_to_completion
 
 
 def _same(record: dict) -> dict:
@@ -26,3 +28,24 @@ def test_a_map_that_changes_the_event_time_fields_type_is_refused_when_built():
     # keeping the type, or the field's name for another value, is accepted
     events.map(_same, schema={"key": "string", "ts": "timestamp"}, name="kept")
     events.map(lambda r: {"key": r["key"], "millis": 0}, schema={"key": "string", "millis": "long"}, name="other")
+
+
+def test_a_session_window_over_the_whole_stream(spark, tmp_path: Path):
+    p = hr.Pipeline("found_unkeyed_session")
+    batches = [[{"ts": 1_000}, {"ts": 2_000}], [{"ts": 9_000}]]
+    events = p.source("events", TestSource(batches, schema={"ts": "long"}), event_time="ts")
+    sessions, seconds, sliding = TestSink(), TestSink(), TestSink()
+    events.window(hr.Session(2_500)).count().sink("sessions", sessions)
+    events.window(hr.Tumbling(2_000)).count().sink("tumbling", seconds)
+    events.window(hr.Sliding(2_000, 1_000)).count().sink("sliding", sliding)
+    rows = run_to_completion(p, state_dir=str(tmp_path))
+
+    def bounds(name: str) -> list[tuple[float, float, int]]:
+        assert set(rows[name][0]) == {"window_start", "window_end", "count"}  # no hidden key
+        return sorted((r["window_start"].timestamp(), r["window_end"].timestamp(), r["count"]) for r in rows[name])
+    # sessions [1 s, 3.5 s) and [2 s, 4.5 s) overlap: one session [1 s, 4.5 s) of two; then [9 s, 11.5 s)
+    assert bounds("sessions") == [(1.0, 4.5, 2), (9.0, 11.5, 1)]
+    # tumbling 2 s: 1 s in [0, 2), 2 s in [2, 4), 9 s in [8, 10)
+    assert bounds("tumbling") == [(0.0, 2.0, 1), (2.0, 4.0, 1), (8.0, 10.0, 1)]
+    # sliding 2 s every 1 s: 1 s in [0, 2) and [1, 3); 2 s in [1, 3) and [2, 4); 9 s in [8, 10) and [9, 11)
+    assert bounds("sliding") == [(0.0, 2.0, 1), (1.0, 3.0, 2), (2.0, 4.0, 1), (8.0, 10.0, 1), (9.0, 11.0, 1)]
