@@ -263,6 +263,8 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
 
 def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
     """Why a window step cannot use Spark's native window operator (empty: it can)."""
+    from headrace.spark.stages import result_time_needed  # stages -> specs -> this module
+
     reasons = []
     shape = node.window.to_json()
     kind = shape["kind"]
@@ -283,6 +285,10 @@ def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
         reasons.append(f"a {node.function.replace('_', ' ')}")
     if any(c.kind == "late_records" for c in plan.consumers(node.name)):
         reasons.append("a late side output")
+    if plan.nodes[node.inputs[0]].event_time != RESULT_TIME and result_time_needed(plan, node):
+        # Spark's first operator of a chain drops only what was late for the watermark of the
+        # micro-batch before: the processor judges against the micro-batch's own, as documented
+        reasons.append("the first window of a chain (a record late for this micro-batch's watermark is dropped)")
     return reasons
 
 
