@@ -40,7 +40,7 @@ from headrace.plan.nodes import (
 from headrace.process import KeyedProcessFunction, check_process_function
 from headrace.runtime.admission import BatchDuration
 from headrace.runtime.runner import run
-from headrace.schema import PYTHON_TYPES, Schema, is_record_class, schema_of
+from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, Schema, is_record_class, schema_of
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
 from headrace.spark.specs import check_plan, check_sink_takes_updates
 from headrace.spark.stages import check_stage, why_no_event_time
@@ -207,6 +207,15 @@ class Pipeline:
         return f"Pipeline({self.name!r}, {len(self.plan.nodes)} steps)"
 
 
+def _python_name(type_name: str) -> str:
+    """The Python type a step is given for a column of ``type_name``: ``datetime.datetime`` for timestamp."""
+    column_type = COLUMN_TYPES.get(type_name)
+    if column_type is None:
+        return type_name
+    python = column_type.python
+    return python.__name__ if python.__module__ == "builtins" else f"{python.__module__}.{python.__name__}"
+
+
 def _python_type(value: Any) -> str:
     for python_type, name in PYTHON_TYPES.items():
         if type(value) is python_type:
@@ -303,10 +312,23 @@ class Stream:
         same = mode == "filter" or (mode == "map_batches" and schema is None)
         output = self.node.schema if same else self._output_schema(step, where, mode, fn, schema)
         event_time = self.node.event_time if output is None or self.node.event_time in dict(output) else None
+        if event_time is not None and not same:
+            self._check_event_time_kept(step, where, event_time, output)
         if event_time == RESULT_TIME:  # a stateful step's results: Spark loses their watermark in Python
             event_time = None
         return self._follow(PythonStep(step, (self.node.name,), where, output, event_time, mode=mode, fn=fn,
                                        batch_format=batch_format, output_schema=None if same else output))
+
+    def _check_event_time_kept(self, step: str, where: str, field: str, output: Schema | None) -> None:
+        """A Python step whose output keeps the event-time field must keep its type: Spark's
+        watermark column cannot change type between the step's input and its output."""
+        had, has = self._type_of(field), dict(output or ()).get(field, UNKNOWN)
+        if UNKNOWN in (had, has) or had == has:
+            return
+        raise self._fail(step, where, f"the event-time field {field!r} is {had} in its input (the function is "
+                                      f"given a {_python_name(had)}), but the output schema declares it {has}: "
+                                      f"declare it {had!r} and return the value as given, or rename the field "
+                                      "if it is a different value")
 
     def _output_schema(self, step: str, where: str, mode: str, fn: Any, schema: Any) -> Schema:
         if schema is not None:

@@ -263,6 +263,8 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
 
 def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
     """Why a window step cannot use Spark's native window operator (empty: it can)."""
+    from headrace.spark.stages import result_time_needed  # stages -> specs -> this module
+
     reasons = []
     shape = node.window.to_json()
     kind = shape["kind"]
@@ -283,6 +285,10 @@ def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
         reasons.append(f"a {node.function.replace('_', ' ')}")
     if any(c.kind == "late_records" for c in plan.consumers(node.name)):
         reasons.append("a late side output")
+    if plan.nodes[node.inputs[0]].event_time != RESULT_TIME and result_time_needed(plan, node):
+        # Spark's first operator of a chain drops only what was late for the watermark of the
+        # micro-batch before: the processor judges against the micro-batch's own, as documented
+        reasons.append("the first window of a chain (a record late for this micro-batch's watermark is dropped)")
     return reasons
 
 
@@ -316,7 +322,12 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
         window = F.window(event_time, f"{shape['size_ms']} milliseconds", f"{slide} milliseconds",
                           f"{shape['offset_ms']} milliseconds")
     keys = [F.col(f"`{k}`") for k in node.keys or ()]
-    grouped = df.groupBy(*keys, window.alias("_hr_window")).agg(*aggregate_columns(node.aggs))
+    # Spark refuses a session window over the whole stream (a global aggregation); one hidden key,
+    # 0 for every record, groups the stream instead, and the select below drops it. Not a literal,
+    # which Spark's optimizer removes from the grouping (and then refuses the query again).
+    whole_stream = [(F.unix_micros(event_time) * 0).alias("_hr_whole_stream")] if (
+        shape["kind"] == "session" and not keys) else []
+    grouped = df.groupBy(*keys, *whole_stream, window.alias("_hr_window")).agg(*aggregate_columns(node.aggs))
     # window_time keeps the watermark's mark on the column, so a later stateful step can read it
     timed = [F.window_time("_hr_window").alias(RESULT_TIME)] if lowering.result_time(node) else []
     return grouped.select(*keys, F.col("_hr_window.start").alias("window_start"),
