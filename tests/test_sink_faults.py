@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import threading
 import time
 import uuid
@@ -15,11 +14,13 @@ from pathlib import Path
 
 import pytest
 from conftest import PG_DSN
+from fault_proxy import FaultProxy
 
 import headrace as hr
 from headrace.connectors.files_sink import FileSink, read_rows
 from headrace.connectors.postgres import COMMIT_TABLE, Postgres, redact_dsn, transient
 from headrace.errors import PlanError, SinkError
+from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSource, run_to_completion
 
 WORDS = ("spark", "river", "mill", "race", "flow")
@@ -92,119 +93,23 @@ def committed_summary(pg, pipeline: str) -> str:
 
 # -- a TCP proxy in front of the real server ---------------------------------------------------
 
-class Proxy:
-    """Forwards 127.0.0.1:<port> to the PostgreSQL server. ``stop()`` closes the port (a new
-    connection is refused) and cuts every open connection; ``start()`` opens it again.
-    ``lose_commit_answers = n`` cuts the next n connections that send COMMIT once the server has
-    answered it: the transaction is committed, the client never hears so."""
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # a simple-protocol query message: COMMIT
 
-    COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # a simple-protocol query message: COMMIT
+
+class PgProxy(FaultProxy):
+    """A FaultProxy in front of the PostgreSQL server; ``dsn`` connects through it."""
 
     def __init__(self, dsn: str) -> None:
         import psycopg
 
         params = psycopg.conninfo.conninfo_to_dict(dsn)
-        self.upstream = (str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
+        super().__init__(str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
         self.dsn = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(self.port), sslmode="disable")
-        self.lock = threading.Lock()
-        self.listener: socket.socket | None = None
-        self.pairs: list[list] = []  # [client, server, commit sent]
-        self.accepted = 0
-        self.lose_commit_answers = 0
-        self.lost_commit_answers = 0
-
-    def start(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        listener.settimeout(0.1)
-        self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def stop(self) -> None:
-        listener, self.listener = self.listener, None
-        if listener is not None:
-            listener.close()
-        with self.lock:
-            pairs, self.pairs = self.pairs, []
-        for pair in pairs:
-            self._cut(pair)
-
-    def _accept(self, listener: socket.socket) -> None:
-        while self.listener is listener:
-            try:
-                client, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            client.settimeout(None)
-            server = socket.create_connection(self.upstream)
-            pair = [client, server, False]
-            with self.lock:
-                self.pairs.append(pair)
-                self.accepted += 1
-            threading.Thread(target=self._up, args=(pair,), daemon=True).start()
-            threading.Thread(target=self._down, args=(pair,), daemon=True).start()
-
-    @staticmethod
-    def _cut(pair: list) -> None:
-        for end in pair[:2]:
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            end.close()
-
-    def _up(self, pair: list) -> None:
-        tail = b""
-        while True:
-            try:
-                data = pair[0].recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                return self._cut(pair)
-            if self.lose_commit_answers and self.COMMIT in tail + data:
-                pair[2] = True
-            tail = data[-16:]
-            try:
-                pair[1].sendall(data)
-            except OSError:
-                return self._cut(pair)
-
-    def _down(self, pair: list) -> None:
-        while True:
-            try:
-                data = pair[1].recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                return self._cut(pair)
-            if pair[2]:
-                pair[2] = False
-                with self.lock:
-                    lose = self.lose_commit_answers > 0
-                    if lose:
-                        self.lose_commit_answers -= 1
-                        self.lost_commit_answers += 1
-                if lose:
-                    return self._cut(pair)
-            try:
-                pair[0].sendall(data)
-            except OSError:
-                return self._cut(pair)
 
 
 @pytest.fixture
 def proxy(pg):
-    running = Proxy(PG_DSN)
-    running.start()
+    running = PgProxy(PG_DSN).start()
     yield running
     running.stop()
 
@@ -244,7 +149,7 @@ def test_a_lost_commit_answer_and_a_3_s_outage_are_ridden_out(spark, pg, name, p
     """Through a proxy: the answer to one batch's COMMIT never arrives (the retry finds the batch
     committed and writes nothing), then the server is unreachable for 3 s (the sink waits)."""
     def lose_an_answer() -> None:
-        proxy.lose_commit_answers = 1
+        proxy.lose_answers_to(COMMIT, 1)
 
     moments = {}
 
@@ -257,23 +162,40 @@ def test_a_lost_commit_answer_and_a_3_s_outage_are_ridden_out(spark, pg, name, p
                       on_step=Steps(after_1=lose_an_answer, after_3=outage,
                                     after_4=lambda: moments.setdefault("next batch", time.monotonic())))
 
-    assert proxy.lost_commit_answers == 1
+    assert proxy.lost_answers == 1
     assert proxy.accepted >= 3  # the first connection, one after the lost answer, one after the outage
     assert moments["next batch"] - moments["down"] >= 3.0  # the batch after the outage waited for the server
     assert table_rows(pg, name) == expected()
     assert commits(pg, name) == ALL_BATCH_IDS
 
 
-def test_a_longer_outage_stops_the_pipeline_with_the_sink_step_attempts_and_error(spark, pg, name, proxy, tmp_path):
+def test_an_outage_longer_than_the_retries_restarts_the_query_with_exact_output(spark, pg, name, proxy, tmp_path):
+    """The server is out of reach for 4 s, longer than the sink's retries (3 attempts over 0.6 s):
+    the restart strategy restarts the query (a restart whose start still finds the server down
+    counts as one more) until the server is back, and the table holds every row once."""
     sink = hr.sinks.Postgres(name, dsn=proxy.dsn, retries=2, retry_backoff=0.2)
+    run = PipelineRun(numbers(name, totals=sink), state_dir=str(tmp_path / "s"), progress="quiet",
+                      restart_attempts=6, restart_backoff="500ms").start()
+    result = run.wait(until_exhausted=True, on_settled=Steps(after_2=lambda: proxy.outage(4.0)))
+    assert result.restarts >= 1
+    assert table_rows(pg, name) == expected()
+    assert commits(pg, name) == ALL_BATCH_IDS
+
+
+def test_an_outage_past_the_restart_policy_stops_the_pipeline_saying_what_to_do(spark, pg, name, proxy, tmp_path):
+    sink = hr.sinks.Postgres(name, dsn=proxy.dsn, retries=2, retry_backoff=0.2)
+    run = PipelineRun(numbers(name, totals=sink), state_dir=str(tmp_path / "s"), progress="quiet",
+                      restart_attempts=1, restart_backoff="100ms").start()
     with pytest.raises(SinkError) as caught:
-        run_to_completion(numbers(name, totals=sink), state_dir=str(tmp_path / "s"), on_step=Steps(after_2=proxy.stop))
+        run.wait(until_exhausted=True, on_settled=Steps(after_2=proxy.stop))
     message = str(caught.value)
     assert re.fullmatch(
         rf"sink 'totals' \({SINK_AT}\): PostgreSQL unreachable after 3 attempts over \d+\.\d s: connection failed: "
-        rf".*Connection refused.*; gave up trying to check whether batch 2 is committed at "
-        rf"{re.escape(redact_dsn(proxy.dsn))}\. Restart the pipeline once the server is back \(it goes on from its "
-        r"checkpoint, exactly once\), or let the sink wait longer with retries= and retry_backoff=", message), message
+        rf".*Connection refused.*; gave up trying to (?:check whether batch 2 is committed|check table .*) at "
+        rf"{re.escape(redact_dsn(proxy.dsn))}; the run restarts the query from its checkpoint under its restart "
+        r"strategy \(exactly once\); if the server stays down longer, restart the pipeline once it is back, or let "
+        r"the sink wait longer with retries= and retry_backoff= \(not restarted again: the restart policy allows "
+        r"1 restart within 10m\)", message), message
     assert "/" + name + "@" not in message  # the step, not the internal identity
     assert commits(pg, name) == [0, 1]
     assert table_rows(pg, name) == expected([0, 1])

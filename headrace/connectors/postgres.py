@@ -34,7 +34,7 @@ from headrace.connectors import postgres_commits as commits
 from headrace.connectors import postgres_staging as staging
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
-from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
+from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry, unreachable
 from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SetupError, SinkError, raised_inside
 from headrace.schema import TYPE_ALIASES
@@ -296,12 +296,18 @@ class Postgres(SinkConnector):
             return retry(action, self.backoff, transient, on_retry=lambda _exc: self.close())
         except RetriesExhausted as out:
             self.close()
-            state = "unreachable" if _connection_failed(out.last) else "kept failing"
-            raise SinkError(
-                f"{self._where()}: PostgreSQL {state} after {out.attempts} attempt{'s' if out.attempts > 1 else ''} "
-                f"over {out.elapsed_s:.1f} s: {_one_line(out.last)}; gave up trying to {doing} at "
-                f"{redact_dsn(self.dsn)}. Restart the pipeline once the server is back (it goes on from its "
-                "checkpoint, exactly once), or let the sink wait longer with retries= and retry_backoff=") from None
+            if _connection_failed(out.last):  # the restart strategy restarts the query on these words
+                what = unreachable("PostgreSQL", out.attempts, out.elapsed_s)
+                then = ("the run restarts the query from its checkpoint under its restart strategy (exactly once); "
+                        "if the server stays down longer, restart the pipeline once it is back, or let the sink "
+                        "wait longer with retries= and retry_backoff=")
+            else:
+                what = (f"PostgreSQL kept failing after {out.attempts} attempt{'s' if out.attempts > 1 else ''} "
+                        f"over {out.elapsed_s:.1f} s")
+                then = ("restart the pipeline once the cause is fixed (it goes on from its checkpoint, exactly "
+                        "once), or let the sink wait longer with retries= and retry_backoff=")
+            raise SinkError(f"{self._where()}: {what}: {_one_line(out.last)}; gave up trying to {doing} at "
+                            f"{redact_dsn(self.dsn)}; {then}") from None
         except psycopg.Error as exc:
             raise SinkError(f"{self._where()}: cannot {doing}: {_one_line(exc)}") from None
 
