@@ -1,14 +1,20 @@
 """Rescaling a stopped pipeline's keyed state (Spark's offline state repartition): 2 to 4
-partitions and back, with exactly the output of an uninterrupted run."""
+partitions and back, with exactly the output of an uninterrupted run; a rescale that fails
+leaves the checkpoint as it was, and one in a new process (the CLI) works."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import headrace as hr
-from headrace.runtime.rescale import rescale, state_partitions
+from headrace.runtime.rescale import backup_dir, rescale, state_partitions, unfinished_rescale
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource, Watermark
 
@@ -38,7 +44,23 @@ def rows(sink: TestSink) -> list[str]:
     return sorted(json.dumps(r, default=str, sort_keys=True) for r in sink.rows())
 
 
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+def rescale_in_a_new_process(tmp_path: Path, state: str, partitions: int) -> subprocess.CompletedProcess[str]:
+    """``headrace rescale FILE N`` as a user runs it: a process (and a Spark session) of its own,
+    in which no streaming query has run."""
+    app = tmp_path / "app.py"
+    app.write_text("from test_rescale import build\n\np, _ = build('rescaled')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "headrace.cli", "rescale", str(app), str(partitions),
+                           "--state-dir", state], capture_output=True, text=True, env=env, timeout=300)
+
+
 def test_rescale_to_four_partitions_and_back_keeps_exact_results(spark, tmp_path):
+    """2 -> 4 partitions in this process, after a rescale that failed for real (a file stands where
+    Spark writes partition 3's state) and was undone; 4 -> 2 with the CLI in a new process."""
     whole, whole_out = build("rescaled")
     hr.testing.run_to_completion(whole, state_dir=str(tmp_path / "whole"))
     assert whole_out.rows()
@@ -55,9 +77,27 @@ def test_rescale_to_four_partitions_and_back_keeps_exact_results(spark, tmp_path
             run.wait(until_exhausted=True,
                      on_settled=lambda r, n=stop_after: len(r.progress_log) >= n and r.request_stop("test"))
         collected = dict(out.batches)
+        checkpoint = Path(run.checkpoint)
+        if partitions == 4:
+            as_it_was = files(checkpoint)
+            obstacle = next(checkpoint.glob("state/*/1")).parent / "3"
+            obstacle.write_text("in the way")  # Spark cannot create partition 3's state directory
+            with pytest.raises(hr.HeadraceError) as failed:
+                rescale(part, 4, state_dir=state)
+            assert re.fullmatch(r"rescale 'rescaled' from 2 to 4 partitions failed: .+; the checkpoint is as it "
+                                r"was \(2 partitions\) and the pipeline runs from it as before; fix the cause and "
+                                r"run headrace rescale again", str(failed.value)), failed.value
+            obstacle.unlink()
+            assert files(checkpoint) == as_it_was
+            assert not Path(backup_dir(run.checkpoint)).exists()
+            assert rescale(part, 4, state_dir=state) == 2
+        elif partitions == 2:
+            done = rescale_in_a_new_process(tmp_path, state, 2)
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert "rescaled: state rescaled from 4 to 2 partitions" in done.stdout
         if partitions is not None:
-            before = rescale(part, partitions, state_dir=state)
-            assert state_partitions(run.checkpoint) == partitions != before
+            assert state_partitions(run.checkpoint) == partitions
+            assert unfinished_rescale(run.checkpoint) is None
     assert rows(out) == rows(whole_out)
 
 
