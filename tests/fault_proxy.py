@@ -6,6 +6,8 @@ real outages while other tests share the server.
     proxy.stop()                  # an outage: new connections are refused, open ones are cut
     proxy.start()                 # the server is back
     proxy.outage(3.0)             # stop now, start again in 3 s (a timer thread)
+    proxy.frozen = True           # a black hole: connections stay open, nothing gets through
+                                  # (a network that drops packets: a client waits without end)
     proxy.lose_answers_to(b"Q\\x00\\x00\\x00\\x0bCOMMIT\\x00", 1)  # the next connection that sends
                                   # this gets its answer cut: the server did it, the client never hears
 
@@ -40,6 +42,8 @@ class FaultProxy:
         self.pairs: list[list] = []  # [client, server, answer to be lost]
         self.accepted = 0  # connections forwarded so far
         self.refusing = False
+        self.frozen = False
+        self._acceptor: threading.Thread | None = None
         self._lose_pattern = b""
         self._lose_count = 0
         self.lost_answers = 0
@@ -54,7 +58,8 @@ class FaultProxy:
         listener.listen(64)
         listener.settimeout(0.1)
         self.listener, self.refusing = listener, False
-        threading.Thread(target=self._accept, args=(listener,), daemon=True, name="fault-proxy").start()
+        self._acceptor = threading.Thread(target=self._accept, args=(listener,), daemon=True, name="fault-proxy")
+        self._acceptor.start()
         return self
 
     def stop(self) -> None:
@@ -63,6 +68,8 @@ class FaultProxy:
         self.refusing = True
         if listener is not None:
             listener.close()
+            if self._acceptor is not threading.current_thread():
+                self._acceptor.join()  # its accept() holds the port until it returns
         with self.lock:
             pairs, self.pairs = self.pairs, []
         for pair in pairs:
@@ -126,6 +133,8 @@ class FaultProxy:
                 data = b""
             if not data:
                 return self._cut(pair)
+            if self.frozen:
+                continue
             pattern = self._lose_pattern
             if self._lose_count and pattern and pattern in tail + data:
                 pair[2] = True
@@ -143,6 +152,8 @@ class FaultProxy:
                 data = b""
             if not data:
                 return self._cut(pair)
+            if self.frozen:
+                continue
             if pair[2]:
                 pair[2] = False
                 with self.lock:

@@ -177,6 +177,10 @@ class PipelineRun:
         self._halting.start()
         return True
 
+    def halted(self) -> bool:
+        """Whether a stop at once has stopped the query."""
+        return self._halting is not None and not self._halting.is_alive()
+
     def _mark_stop(self) -> None:
         if not self.run_dir:  # a remote state dir's run files are placed once the session runs
             return
