@@ -5,8 +5,11 @@ that lose what a sink committed. The output is compared with an answer computed 
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
+import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -14,14 +17,17 @@ from pathlib import Path
 
 import pytest
 from conftest import PG_DSN
-from fault_proxy import FaultProxy
+from fault_proxy import FaultProxy, free_port
 
 import headrace as hr
+from headrace.connectors import kafka_sink
 from headrace.connectors.files_sink import FileSink, read_rows
 from headrace.connectors.postgres import COMMIT_TABLE, Postgres, redact_dsn, transient
+from headrace.connectors.retry import Backoff
 from headrace.errors import PlanError, SinkError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSource, run_to_completion
+from headrace.testing.kafka import read_topic
 
 WORDS = ("spark", "river", "mill", "race", "flow")
 BATCHES = [[{"id": b * 500 + i, "word": WORDS[(b * 500 + i) % len(WORDS)]} for i in range(500)] for b in range(6)]
@@ -398,3 +404,83 @@ def test_files_lost_batches_stop_the_start_and_rewrite_accepts_the_loss(spark, t
     assert file_rows(out) == expected([3])
     sink().write_batch(frame(4), 4)  # from now on, the record starts at batch 3
     assert file_rows(out) == expected([3, 4])
+
+
+# -- Kafka: a private broker that goes down and comes back -------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class PrivateKafka:
+    """A single-node Kafka of this test's own (scripts/kafka.sh with its own folder and ports), so
+    an outage disturbs no other test: ``stop()`` shuts it down (connections are refused), and
+    ``start()`` brings it back with its data."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = next(port for port in iter(free_port, None) if _free(port + 100))
+        self.servers = f"127.0.0.1:{self.port}"
+
+    def _script(self, command: str, *options: str) -> None:
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), command, "--dir", str(self.folder),
+                               *options], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    def start(self) -> None:
+        self._script("start", "--port", str(self.port))
+
+    def stop(self) -> None:
+        self._script("stop")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.fixture(scope="module")
+def private_kafka(tmp_path_factory):
+    from conftest import service_or_skip
+
+    pytest.importorskip("confluent_kafka")
+    kafka = PrivateKafka(tmp_path_factory.mktemp("kafka"))
+    try:
+        kafka.start()
+    except AssertionError as exc:
+        service_or_skip("a private Kafka broker (scripts/kafka.sh)", False, str(exc))
+    yield kafka
+    kafka.stop()
+
+
+def test_a_kafka_outage_past_the_sinks_retries_is_restarted_with_exact_output(spark, private_kafka, tmp_path, caplog,
+                                                                             monkeypatch):
+    """The broker goes down after batch 2 and comes back some seconds later; the Kafka sink's retries
+    (2 attempts, each call bounded by a timeout shortened here to 3 and 5 s) run out first: its error
+    says the broker is unreachable, the restart strategy restarts the query until the broker is
+    back, the run ends with every record once for read_committed readers, and librdkafka's
+    connection errors are summarised, not streamed."""
+    monkeypatch.setattr(kafka_sink, "CONNECT_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(kafka_sink, "FLUSH_TIMEOUT_S", 5.0)
+    topic = f"faults_{uuid.uuid4().hex[:10]}"
+    sink = hr.sinks.Kafka(topic, servers=private_kafka.servers, key="id")
+    sink.backoff = Backoff(retries=1, first_s=0.2)
+    moments: dict[str, float] = {}
+
+    def outage() -> None:
+        private_kafka.stop()
+        moments["down"] = time.monotonic()
+        threading.Timer(3.0, lambda: (private_kafka.start(), moments.setdefault("up", time.monotonic()))).start()
+
+    caplog.set_level(logging.INFO, logger="headrace.kafka")
+    started = time.monotonic()
+    run = PipelineRun(numbers(f"k{topic}", totals=sink), state_dir=str(tmp_path / "s"), progress="quiet",
+                      restart_attempts=8, restart_backoff="1s").start()
+    result = run.wait(until_exhausted=True, on_settled=Steps(after_2=outage))
+    assert "up" in moments
+    assert result.restarts >= 1
+    assert time.monotonic() - started < 240
+    written = sorted((r.json()["id"], r.json()["word"], r.json()["twice"]) for r in read_topic(
+        private_kafka.servers, topic))
+    assert written == expected()
+    refused = [r for r in caplog.records if r.name == "headrace.kafka" and "Connection refused" in r.getMessage()]
+    assert 1 <= len(refused) <= 3, [r.getMessage() for r in refused]  # one a minute
