@@ -43,6 +43,11 @@ T = TypeVar("T")
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 CONNECT_TIMEOUT_S = 10
+# libpq settings a DSN may override: a connection whose server or network went silent (no reply,
+# not even to TCP keepalives; data sent and never acknowledged) fails after about a minute
+# instead of holding the batch without end; the failure is transient and retried.
+CONNECTION_DEFAULTS: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, "keepalives_idle": 30,
+                                       "keepalives_interval": 10, "keepalives_count": 3, "tcp_user_timeout": 60_000}
 
 # SQLSTATE classes of errors worth another attempt: connection exception, transaction rollback
 # (serialization failure, deadlock), insufficient resources (too many connections), operator
@@ -253,10 +258,9 @@ class Postgres(SinkConnector):
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         self.close()
-        extra: dict[str, Any] = {}
         try:
-            if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.dsn):
-                extra["connect_timeout"] = CONNECT_TIMEOUT_S
+            given = psycopg.conninfo.conninfo_to_dict(self.dsn)
+            extra = {name: value for name, value in CONNECTION_DEFAULTS.items() if name not in given}
         except psycopg.Error as exc:
             raise SinkError(f"{self._where()}: the DSN {redact_dsn(self.dsn)!r} is not valid: "
                             f"{_one_line(exc)}") from None
