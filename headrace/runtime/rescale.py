@@ -78,19 +78,24 @@ def _keep_a_copy(checkpoint: str) -> str | None:
 
 
 def _put_back(checkpoint: str, backup: str) -> None:
-    """Make ``backup`` the checkpoint again."""
+    """Make ``backup`` the checkpoint again (two renames: the checkpoint is never missing for
+    longer than between them)."""
     local = storage.local_path(checkpoint)
-    shutil.rmtree(local)
+    failed = local.rstrip("/") + ".failed-rescale"
+    shutil.rmtree(failed, ignore_errors=True)
+    if os.path.isdir(local):
+        os.rename(local, failed)
     os.rename(backup, local)
+    shutil.rmtree(failed, ignore_errors=True)
 
 
 def _settle_an_interrupted_rescale(checkpoint: str) -> None:
     """A rescale killed midway left its copy of the checkpoint: put it back when the rescale did
-    not finish, drop it when it did."""
+    not finish (or the checkpoint is missing), drop it when it did."""
     backup = None if storage.is_remote(checkpoint) else storage.local_path(backup_dir(checkpoint))
     if backup is None or not os.path.isdir(backup):
         return
-    if unfinished_rescale(checkpoint) is not None:
+    if not has_batches(checkpoint) or unfinished_rescale(checkpoint) is not None:
         _put_back(checkpoint, backup)
     else:
         shutil.rmtree(backup)
@@ -107,10 +112,10 @@ def rescale(pipeline: Any, partitions: int, *, state_dir: str | None = None, mas
     checkpoint = PipelineRun(pipeline, state_dir=state_dir, progress="quiet").checkpoint
     # a checkpoint on HDFS or S3 is read through the session's JVM: start it first
     spark = get_session(master) if storage.is_remote(checkpoint) else None
+    _settle_an_interrupted_rescale(checkpoint)
     if not has_batches(checkpoint):
         raise HeadraceError(f"rescale {name!r}: no checkpoint with processed batches at {checkpoint}; run the "
                             "pipeline first (a new pipeline takes spark.sql.shuffle.partitions)")
-    _settle_an_interrupted_rescale(checkpoint)
     pending = unfinished_rescale(checkpoint)
     if pending is not None:  # Spark finishes a rescale when asked for the same number again
         _repartition(spark or get_session(master), name, checkpoint, *pending, finishing=True)
