@@ -5,6 +5,7 @@ that lose what a sink committed. The output is compared with an answer computed 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -26,7 +27,7 @@ from headrace.connectors.postgres import COMMIT_TABLE, Postgres, redact_dsn, tra
 from headrace.connectors.retry import Backoff
 from headrace.errors import PlanError, SinkError
 from headrace.runtime.runner import PipelineRun
-from headrace.testing import TestSource, run_to_completion
+from headrace.testing import TestSink, TestSource, run_to_completion
 from headrace.testing.kafka import read_topic
 
 WORDS = ("spark", "river", "mill", "race", "flow")
@@ -484,3 +485,46 @@ def test_a_kafka_outage_past_the_sinks_retries_is_restarted_with_exact_output(sp
     assert written == expected()
     refused = [r for r in caplog.records if r.name == "headrace.kafka" and "Connection refused" in r.getMessage()]
     assert 1 <= len(refused) <= 3, [r.getMessage() for r in refused]  # one a minute
+
+
+def test_a_kafka_source_outage_past_sparks_retries_is_restarted_with_exact_output(spark, private_kafka, tmp_path):
+    """Spark's Kafka source loses its broker between batches: its offset requests time out (shortened
+    here to 3 s, 1 retry) and the query fails; the restart strategy restarts it until the broker is
+    back, and every record is read once."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"faults_src_{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": private_kafka.servers})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+
+    def produce(numbers: range) -> None:
+        producer = Producer({"bootstrap.servers": private_kafka.servers, "logger": logging.getLogger("test")})
+        for n in numbers:
+            producer.produce(topic, value=json.dumps({"n": n}))
+        assert producer.flush(30) == 0
+
+    produce(range(100))
+    p = hr.Pipeline("kafka_source_outage")
+    out = TestSink()
+    p.source("numbers", hr.sources.Kafka(topic, schema="n long", servers=private_kafka.servers, options={
+        "kafka.default.api.timeout.ms": "3000", "kafka.request.timeout.ms": "2000", "fetchOffset.numRetries": "1",
+        "fetchOffset.retryIntervalMs": "200"})).sink("out", out)
+    run = PipelineRun(p, state_dir=str(tmp_path / "s"), progress="quiet", restart_attempts=10,
+                      restart_backoff="1s").start()
+    run.settle()
+    private_kafka.stop()
+    deadline = time.time() + 120
+    while run.restarts == 0 and time.time() < deadline:
+        run.poll()
+        run._alive()  # a failed query is restarted here, as wait() does
+        time.sleep(0.5)
+    assert run.restarts >= 1
+    private_kafka.start()
+    produce(range(100, 200))
+    run.settle()
+    run.request_stop("test done")
+    result = run.wait(until_exhausted=False)
+    assert result.restarts >= 1
+    assert sorted(r["n"] for r in out.rows()) == list(range(200))

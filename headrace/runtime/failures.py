@@ -14,8 +14,9 @@ checkpoint can get past it):
 * the Python streaming source runner lost: the process serving a source's offsets died or its
   connection broke (Spark's ``STREAM_FAILED`` with the runner in its trace);
 * a lost connection: Python's ``ConnectionError`` family and ``TimeoutError``, PostgreSQL's
-  ``OperationalError``, Java's socket and connect exceptions, in a source, a sink or a user
-  function;
+  ``OperationalError``, Java's socket and connect exceptions, the Kafka client's timeout and
+  network exceptions (Spark's Kafka source whose brokers are out of reach), in a source, a sink
+  or a user function;
 * a source's or a sink's server out of reach past the connector's own retries (its error says
   ``... unreachable after N attempts``, ``headrace/connectors/retry.py``), also when the server
   is still out of reach as a restart starts the query again.
@@ -43,7 +44,8 @@ SOURCE_RUNNER = "PythonStreamingSourceRunner"
 _RUNNER_LOST = re.compile(r"java\.io\.EOFException|java\.net\.Socket\w*Exception|exited unexpectedly")
 _CONNECTION_LOST = re.compile(
     r"\b(?:ConnectionError|ConnectionResetError|ConnectionRefusedError|ConnectionAbortedError|BrokenPipeError"
-    r"|TimeoutError|OperationalError|java\.net\.(?:Connect|Socket|SocketTimeout|NoRouteToHost)Exception)\b")
+    r"|TimeoutError|OperationalError|java\.net\.(?:Connect|Socket|SocketTimeout|NoRouteToHost)Exception"
+    r"|org\.apache\.kafka\.common\.errors\.(?:Timeout|Network|Disconnect)Exception)\b")  # brokers out of reach
 _UNREACHABLE = re.compile(re.escape(UNREACHABLE) + r" \d+ attempts?\b")
 _NO_DATA_SOURCE = re.compile(r"Failed to find the data source: (\S+?)\.?\s")
 _NO_CLASS = re.compile(r"(?:ClassNotFoundException|NoClassDefFoundError): ([\w.$/]+)")
