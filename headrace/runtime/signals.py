@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -96,11 +97,9 @@ class _Signals:
 
 def _exit_unless_halted(run: Stoppable, name: str) -> None:
     """After a second signal: end the process if the query has not stopped within HALT_GRACE_S."""
-    deadline = threading.Event()
-    for _ in range(int(HALT_GRACE_S * 10)):
-        if run.halted():
-            return
-        deadline.wait(0.1)
+    until = time.monotonic() + HALT_GRACE_S
+    while not run.halted() and time.monotonic() < until:
+        time.sleep(0.1)
     if not run.halted():
         _exit_now(f"stopped at once by a second signal ({name}): the query did not stop within {HALT_GRACE_S:g} s "
                   "(a micro-batch is stuck in a call that does not return, e.g. a sink waiting on a server), so "
