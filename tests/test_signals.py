@@ -51,15 +51,17 @@ p = hr.Pipeline("signals")
 class Run:
     """``headrace run FILE --json`` in a process group of its own, its output read as it comes."""
 
-    def __init__(self, folder: Path, pause: float = 0.0) -> None:
+    def __init__(self, folder: Path, pause: float = 0.0, pipeline: str = PIPELINE, **env_vars: str) -> None:
         script = folder / "pipeline.py"
-        script.write_text(textwrap.dedent(PIPELINE))
-        env = {**os.environ, "HR_TEST_OUT": str(folder / "out"), "HR_TEST_PAUSE": str(pause)}
+        script.write_text(textwrap.dedent(pipeline))
+        env = {**os.environ, "HR_TEST_OUT": str(folder / "out"), "HR_TEST_PAUSE": str(pause), **env_vars}
         env.pop("HEADRACE_MASTER", None)
         self.started = time.time()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "headrace.cli", "run", str(script), "--state-dir", str(folder / "state"), "--json"],
-            cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.command = [sys.executable, "-m", "headrace.cli", "run", str(script), "--state-dir",
+                        str(folder / "state"), "--json"]
+        self.env = env
+        self.proc = subprocess.Popen(self.command, cwd=folder, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.lines: list[str] = []
         self.errors: list[str] = []
         self.readers = [threading.Thread(target=lambda into=into, pipe=pipe: into.extend(pipe or ()), daemon=True)
@@ -136,3 +138,62 @@ def test_a_second_sigterm_stops_at_once(tmp_path):
     assert err.strip().splitlines()[-1] == ("headrace: stopped at once by a second signal (SIGTERM); the batch in "
                                             "flight runs again on the next start")
     continue_to_the_end(tmp_path)
+
+
+STUCK_PIPELINE = f'''
+import os
+
+import headrace as hr
+from headrace.testing import TestSource
+
+BATCHES = [[{{"n": step * {ROWS} + i}} for i in range({ROWS})] for step in range({STEPS})]
+
+p = hr.Pipeline("stuck")
+(p.source("numbers", TestSource(BATCHES, schema={{"n": "long"}}))
+  .with_columns(twice=hr.col("n") * 2)
+  .sink("out", hr.sinks.Postgres(os.environ["HR_TEST_TABLE"], dsn=os.environ["HR_TEST_DSN"])))
+'''
+
+
+def test_a_second_sigterm_ends_a_run_stuck_in_a_sink(tmp_path, pg):
+    """The PostgreSQL sink waits without end on a server behind a frozen network (a proxy that
+    keeps the connection open and lets nothing through): the first SIGTERM waits for the batch,
+    the second ends the process within a few seconds, and the next run gives the exact output."""
+    import psycopg
+    from conftest import PG_DSN
+    from fault_proxy import FaultProxy
+
+    table = f"stuck_{os.getpid()}_{int(time.time())}"
+    params = psycopg.conninfo.conninfo_to_dict(PG_DSN)
+    proxy = FaultProxy(str(params.get("host", "127.0.0.1")), int(params.get("port", 5432))).start()
+    dsn = psycopg.conninfo.make_conninfo(PG_DSN, host="127.0.0.1", port=str(proxy.port), sslmode="disable")
+    try:
+        run = Run(tmp_path, pipeline=STUCK_PIPELINE, HR_TEST_TABLE=table, HR_TEST_DSN=dsn)
+        deadline = time.time() + 120
+        while run.batches_seen() < 2 and run.proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert run.batches_seen() >= 2, "".join(run.errors)[-3000:]
+        proxy.frozen = True
+        time.sleep(2.0)  # the next batch's sink call waits on the frozen connection
+        run.proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        run.proc.send_signal(signal.SIGTERM)
+        signalled = time.time()
+        rc, _, err = run.finish(timeout=40)
+        assert time.time() - signalled < 15
+        assert rc == 130, err[-3000:]
+        assert err.strip().splitlines()[-1] == (
+            "headrace: stopped at once by a second signal (SIGTERM): the query did not stop within 5 s (a "
+            "micro-batch is stuck in a call that does not return, e.g. a sink waiting on a server), so the process "
+            "exits without it; the batch in flight runs again on the next start"), err[-3000:]
+
+        proxy.stop()  # cut the frozen connections
+        proxy.frozen = False
+        proxy.start()
+        again = subprocess.run(run.command, cwd=tmp_path, env=run.env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        rows = pg.execute(f"SELECT n, twice FROM {table} ORDER BY n").fetchall()
+        assert rows == [(n, 2 * n) for n in range(STEPS * ROWS)]
+    finally:
+        proxy.stop()
+        pg.execute(f"DROP TABLE IF EXISTS {table}")

@@ -5,9 +5,12 @@ that lose what a sink committed. The output is compared with an answer computed 
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import shutil
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -15,12 +18,17 @@ from pathlib import Path
 
 import pytest
 from conftest import PG_DSN
+from fault_proxy import FaultProxy, free_port
 
 import headrace as hr
+from headrace.connectors import kafka_sink
 from headrace.connectors.files_sink import FileSink, read_rows
 from headrace.connectors.postgres import COMMIT_TABLE, Postgres, redact_dsn, transient
+from headrace.connectors.retry import Backoff
 from headrace.errors import PlanError, SinkError
-from headrace.testing import TestSource, run_to_completion
+from headrace.runtime.runner import PipelineRun
+from headrace.testing import TestSink, TestSource, run_to_completion
+from headrace.testing.kafka import read_topic
 
 WORDS = ("spark", "river", "mill", "race", "flow")
 BATCHES = [[{"id": b * 500 + i, "word": WORDS[(b * 500 + i) % len(WORDS)]} for i in range(500)] for b in range(6)]
@@ -92,119 +100,23 @@ def committed_summary(pg, pipeline: str) -> str:
 
 # -- a TCP proxy in front of the real server ---------------------------------------------------
 
-class Proxy:
-    """Forwards 127.0.0.1:<port> to the PostgreSQL server. ``stop()`` closes the port (a new
-    connection is refused) and cuts every open connection; ``start()`` opens it again.
-    ``lose_commit_answers = n`` cuts the next n connections that send COMMIT once the server has
-    answered it: the transaction is committed, the client never hears so."""
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # a simple-protocol query message: COMMIT
 
-    COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # a simple-protocol query message: COMMIT
+
+class PgProxy(FaultProxy):
+    """A FaultProxy in front of the PostgreSQL server; ``dsn`` connects through it."""
 
     def __init__(self, dsn: str) -> None:
         import psycopg
 
         params = psycopg.conninfo.conninfo_to_dict(dsn)
-        self.upstream = (str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
+        super().__init__(str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
         self.dsn = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(self.port), sslmode="disable")
-        self.lock = threading.Lock()
-        self.listener: socket.socket | None = None
-        self.pairs: list[list] = []  # [client, server, commit sent]
-        self.accepted = 0
-        self.lose_commit_answers = 0
-        self.lost_commit_answers = 0
-
-    def start(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        listener.settimeout(0.1)
-        self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def stop(self) -> None:
-        listener, self.listener = self.listener, None
-        if listener is not None:
-            listener.close()
-        with self.lock:
-            pairs, self.pairs = self.pairs, []
-        for pair in pairs:
-            self._cut(pair)
-
-    def _accept(self, listener: socket.socket) -> None:
-        while self.listener is listener:
-            try:
-                client, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            client.settimeout(None)
-            server = socket.create_connection(self.upstream)
-            pair = [client, server, False]
-            with self.lock:
-                self.pairs.append(pair)
-                self.accepted += 1
-            threading.Thread(target=self._up, args=(pair,), daemon=True).start()
-            threading.Thread(target=self._down, args=(pair,), daemon=True).start()
-
-    @staticmethod
-    def _cut(pair: list) -> None:
-        for end in pair[:2]:
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            end.close()
-
-    def _up(self, pair: list) -> None:
-        tail = b""
-        while True:
-            try:
-                data = pair[0].recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                return self._cut(pair)
-            if self.lose_commit_answers and self.COMMIT in tail + data:
-                pair[2] = True
-            tail = data[-16:]
-            try:
-                pair[1].sendall(data)
-            except OSError:
-                return self._cut(pair)
-
-    def _down(self, pair: list) -> None:
-        while True:
-            try:
-                data = pair[1].recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                return self._cut(pair)
-            if pair[2]:
-                pair[2] = False
-                with self.lock:
-                    lose = self.lose_commit_answers > 0
-                    if lose:
-                        self.lose_commit_answers -= 1
-                        self.lost_commit_answers += 1
-                if lose:
-                    return self._cut(pair)
-            try:
-                pair[0].sendall(data)
-            except OSError:
-                return self._cut(pair)
 
 
 @pytest.fixture
 def proxy(pg):
-    running = Proxy(PG_DSN)
-    running.start()
+    running = PgProxy(PG_DSN).start()
     yield running
     running.stop()
 
@@ -244,7 +156,7 @@ def test_a_lost_commit_answer_and_a_3_s_outage_are_ridden_out(spark, pg, name, p
     """Through a proxy: the answer to one batch's COMMIT never arrives (the retry finds the batch
     committed and writes nothing), then the server is unreachable for 3 s (the sink waits)."""
     def lose_an_answer() -> None:
-        proxy.lose_commit_answers = 1
+        proxy.lose_answers_to(COMMIT, 1)
 
     moments = {}
 
@@ -257,23 +169,40 @@ def test_a_lost_commit_answer_and_a_3_s_outage_are_ridden_out(spark, pg, name, p
                       on_step=Steps(after_1=lose_an_answer, after_3=outage,
                                     after_4=lambda: moments.setdefault("next batch", time.monotonic())))
 
-    assert proxy.lost_commit_answers == 1
+    assert proxy.lost_answers == 1
     assert proxy.accepted >= 3  # the first connection, one after the lost answer, one after the outage
     assert moments["next batch"] - moments["down"] >= 3.0  # the batch after the outage waited for the server
     assert table_rows(pg, name) == expected()
     assert commits(pg, name) == ALL_BATCH_IDS
 
 
-def test_a_longer_outage_stops_the_pipeline_with_the_sink_step_attempts_and_error(spark, pg, name, proxy, tmp_path):
+def test_an_outage_longer_than_the_retries_restarts_the_query_with_exact_output(spark, pg, name, proxy, tmp_path):
+    """The server is out of reach for 4 s, longer than the sink's retries (3 attempts over 0.6 s):
+    the restart strategy restarts the query (a restart whose start still finds the server down
+    counts as one more) until the server is back, and the table holds every row once."""
     sink = hr.sinks.Postgres(name, dsn=proxy.dsn, retries=2, retry_backoff=0.2)
+    run = PipelineRun(numbers(name, totals=sink), state_dir=str(tmp_path / "s"), progress="quiet",
+                      restart_attempts=6, restart_backoff="500ms").start()
+    result = run.wait(until_exhausted=True, on_settled=Steps(after_2=lambda: proxy.outage(4.0)))
+    assert result.restarts >= 1
+    assert table_rows(pg, name) == expected()
+    assert commits(pg, name) == ALL_BATCH_IDS
+
+
+def test_an_outage_past_the_restart_policy_stops_the_pipeline_saying_what_to_do(spark, pg, name, proxy, tmp_path):
+    sink = hr.sinks.Postgres(name, dsn=proxy.dsn, retries=2, retry_backoff=0.2)
+    run = PipelineRun(numbers(name, totals=sink), state_dir=str(tmp_path / "s"), progress="quiet",
+                      restart_attempts=1, restart_backoff="100ms").start()
     with pytest.raises(SinkError) as caught:
-        run_to_completion(numbers(name, totals=sink), state_dir=str(tmp_path / "s"), on_step=Steps(after_2=proxy.stop))
+        run.wait(until_exhausted=True, on_settled=Steps(after_2=proxy.stop))
     message = str(caught.value)
     assert re.fullmatch(
         rf"sink 'totals' \({SINK_AT}\): PostgreSQL unreachable after 3 attempts over \d+\.\d s: connection failed: "
-        rf".*Connection refused.*; gave up trying to check whether batch 2 is committed at "
-        rf"{re.escape(redact_dsn(proxy.dsn))}\. Restart the pipeline once the server is back \(it goes on from its "
-        r"checkpoint, exactly once\), or let the sink wait longer with retries= and retry_backoff=", message), message
+        rf".*Connection refused.*; gave up trying to (?:check whether batch 2 is committed|check table .*) at "
+        rf"{re.escape(redact_dsn(proxy.dsn))}; the run restarts the query from its checkpoint under its restart "
+        r"strategy \(exactly once\); if the server stays down longer, restart the pipeline once it is back, or let "
+        r"the sink wait longer with retries= and retry_backoff= \(not restarted again: the restart policy allows "
+        r"1 restart within 10m\)", message), message
     assert "/" + name + "@" not in message  # the step, not the internal identity
     assert commits(pg, name) == [0, 1]
     assert table_rows(pg, name) == expected([0, 1])
@@ -476,3 +405,133 @@ def test_files_lost_batches_stop_the_start_and_rewrite_accepts_the_loss(spark, t
     assert file_rows(out) == expected([3])
     sink().write_batch(frame(4), 4)  # from now on, the record starts at batch 3
     assert file_rows(out) == expected([3, 4])
+
+
+# -- Kafka: a private broker that goes down and comes back -------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class PrivateKafka:
+    """A single-node Kafka of this test's own (scripts/kafka.sh with its own folder and ports), so
+    an outage disturbs no other test: ``stop()`` shuts it down (connections are refused), and
+    ``start()`` brings it back with its data."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = next(port for port in iter(free_port, None) if _free(port + 100))
+        self.servers = f"127.0.0.1:{self.port}"
+
+    def _script(self, command: str, *options: str) -> None:
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), command, "--dir", str(self.folder),
+                               *options], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    def start(self) -> None:
+        self._script("start", "--port", str(self.port))
+
+    def stop(self) -> None:
+        self._script("stop")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.fixture(scope="module")
+def private_kafka(tmp_path_factory):
+    from conftest import service_or_skip
+
+    pytest.importorskip("confluent_kafka")
+    kafka = PrivateKafka(tmp_path_factory.mktemp("kafka"))
+    try:
+        kafka.start()
+    except AssertionError as exc:
+        service_or_skip("a private Kafka broker (scripts/kafka.sh)", False, str(exc))
+    yield kafka
+    kafka.stop()
+
+
+def test_a_kafka_outage_past_the_sinks_retries_is_restarted_with_exact_output(spark, private_kafka, tmp_path, caplog,
+                                                                             monkeypatch):
+    """The broker goes down after batch 2 and comes back some seconds later; the Kafka sink's retries
+    (2 attempts, each call bounded by a timeout shortened here to 3 and 5 s) run out first: its error
+    says the broker is unreachable, the restart strategy restarts the query until the broker is
+    back, the run ends with every record once for read_committed readers, and librdkafka's
+    connection errors are summarised, not streamed."""
+    monkeypatch.setattr(kafka_sink, "CONNECT_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(kafka_sink, "FLUSH_TIMEOUT_S", 5.0)
+    topic = f"faults_{uuid.uuid4().hex[:10]}"
+    sink = hr.sinks.Kafka(topic, servers=private_kafka.servers, key="id")
+    sink.backoff = Backoff(retries=1, first_s=0.2)
+    moments: dict[str, float] = {}
+
+    def back() -> None:
+        try:
+            private_kafka.start()
+            moments["up"] = time.monotonic()
+        except AssertionError as exc:  # said by the assertion below, not lost in the timer's thread
+            moments["start failed"] = str(exc)
+
+    def outage() -> None:
+        private_kafka.stop()
+        moments["down"] = time.monotonic()
+        threading.Timer(3.0, back).start()
+
+    caplog.set_level(logging.INFO, logger="headrace.kafka")
+    started = time.monotonic()
+    run = PipelineRun(numbers(f"k{topic}", totals=sink), state_dir=str(tmp_path / "s"), progress="quiet",
+                      restart_attempts=8, restart_backoff="1s").start()
+    result = run.wait(until_exhausted=True, on_settled=Steps(after_2=outage))
+    assert "up" in moments, moments
+    assert result.restarts >= 1
+    assert time.monotonic() - started < 240
+    written = sorted((r.json()["id"], r.json()["word"], r.json()["twice"]) for r in read_topic(
+        private_kafka.servers, topic))
+    assert written == expected()
+    refused = [r for r in caplog.records if r.name == "headrace.kafka" and "Connection refused" in r.getMessage()]
+    assert 1 <= len(refused) <= 3, [r.getMessage() for r in refused]  # one a minute
+
+
+def test_a_kafka_source_outage_past_sparks_retries_is_restarted_with_exact_output(spark, private_kafka, tmp_path):
+    """Spark's Kafka source loses its broker between batches: its offset requests time out (shortened
+    here to 3 s, 1 retry) and the query fails; the restart strategy restarts it until the broker is
+    back, and every record is read once."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"faults_src_{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": private_kafka.servers})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+
+    def produce(numbers: range) -> None:
+        producer = Producer({"bootstrap.servers": private_kafka.servers, "logger": logging.getLogger("test")})
+        for n in numbers:
+            producer.produce(topic, value=json.dumps({"n": n}))
+        assert producer.flush(30) == 0
+
+    produce(range(100))
+    p = hr.Pipeline("kafka_source_outage")
+    out = TestSink()
+    p.source("numbers", hr.sources.Kafka(topic, schema="n long", servers=private_kafka.servers, options={
+        "kafka.default.api.timeout.ms": "3000", "kafka.request.timeout.ms": "2000", "fetchOffset.numRetries": "1",
+        "fetchOffset.retryIntervalMs": "200"})).sink("out", out)
+    run = PipelineRun(p, state_dir=str(tmp_path / "s"), progress="quiet", restart_attempts=10,
+                      restart_backoff="1s").start()
+    run.settle()
+    private_kafka.stop()
+    deadline = time.time() + 120
+    while run.restarts == 0 and time.time() < deadline:
+        run.poll()
+        run._alive()  # a failed query is restarted here, as wait() does
+        time.sleep(0.5)
+    assert run.restarts >= 1
+    private_kafka.start()
+    produce(range(100, 200))
+    run.settle()
+    run.request_stop("test done")
+    result = run.wait(until_exhausted=False)
+    assert result.restarts >= 1
+    assert sorted(r["n"] for r in out.rows()) == list(range(200))

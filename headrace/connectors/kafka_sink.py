@@ -28,12 +28,14 @@ or, with ``format="raw"``, the row's ``value`` column as is; the key is the ``ke
 from __future__ import annotations
 
 import copy
+import logging
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from headrace.connectors.base import Guarantee, SinkConnector
-from headrace.connectors.retry import Backoff, RetriesExhausted, retry
+from headrace.connectors.retry import Backoff, RetriesExhausted, retry, unreachable
 from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SetupError, SinkError
 from headrace.runtime import jars
@@ -49,6 +51,49 @@ CONNECT_TIMEOUT_S = 30.0
 # set, up to replica.lag.time.max.ms, 30 s, per request). A transaction a killed driver left
 # open does not wait for it: the next run's producer aborts it when it starts.
 TRANSACTION_TIMEOUT_MS = 300_000
+
+
+class _OncePerMinute(logging.Filter):
+    """Lets through one record per distinct error per minute, with how many like it it held
+    back: librdkafka logs each failed connection attempt of each client to each broker,
+    hundreds a minute while a broker is down.
+
+    >>> _OncePerMinute.error_of("FAIL [rdkafka#producer-2] [thrd:TxnCoordinator]: TxnCoordinator: "
+    ...                         "127.0.0.1:9092: Connect to ipv4#127.0.0.1:9092 failed: Connection refused "
+    ...                         "(after 0ms in state CONNECT)")
+    'Connection refused'
+    """
+
+    def __init__(self, period_s: float = 60.0) -> None:
+        super().__init__()
+        self.period_s = period_s
+        self.seen: dict[str, tuple[float, int]] = {}  # message shape -> (when let through, held back since)
+
+    @staticmethod
+    def error_of(message: str) -> str:
+        """The error a log line reports, without the client, the broker and the timings."""
+        text = re.sub(r"\s*\(.*?\)", "", message)
+        if " failed: " in text:
+            return text.rsplit(" failed: ", 1)[1]
+        return re.sub(r"\[.*?\]|\S+:\d+\S*|\d+", "", text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        shape = self.error_of(record.getMessage())
+        now = time.monotonic()
+        last = self.seen.get(shape)
+        if last is not None and now - last[0] < self.period_s:
+            self.seen[shape] = (last[0], last[1] + 1)
+            return False
+        if last is not None and last[1]:
+            record.msg, record.args = f"{record.getMessage()} ({last[1]} more like it in the last minute)", None
+        self.seen[shape] = (now, 0)
+        return True
+
+
+# librdkafka's own log (connection failures, retries): summarised to the "headrace.kafka" logger
+# instead of written to stderr line by line.
+CLIENT_LOG = logging.getLogger("headrace.kafka")
+CLIENT_LOG.addFilter(_OncePerMinute())
 
 
 def _confluent() -> Any:
@@ -165,7 +210,7 @@ class Kafka(SinkConnector):
     # -- the transactional producer -------------------------------------------------------------
 
     def _settings(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.servers, **self.producer_settings}
+        return {"bootstrap.servers": self.servers, "logger": CLIENT_LOG, **self.producer_settings}
 
     def prepare(self, run_dir: str) -> None:
         """Before the query starts: create the commits topic and start the producer, which
@@ -179,10 +224,12 @@ class Kafka(SinkConnector):
         kafka = _confluent()
         try:
             return retry(action, self.backoff, retriable, on_retry=lambda _exc: self.close())
-        except RetriesExhausted as out:
+        except RetriesExhausted as out:  # the restart strategy restarts the query on these words
             self.close()
-            raise SinkError(f"{self._where()}: cannot {doing} at {self.servers} after {out.attempts} attempts over "
-                            f"{out.elapsed_s:.1f} s: {out.last.args[0]}") from None
+            raise SinkError(f"{self._where()}: {unreachable('Kafka', out.attempts, out.elapsed_s)} at {self.servers}: "
+                            f"{out.last.args[0]}; gave up trying to {doing}; the run restarts the query from its "
+                            "checkpoint under its restart strategy (exactly once); if the brokers stay down longer, "
+                            "restart the pipeline once they are back") from None
         except kafka.KafkaException as exc:
             self.close()
             raise SinkError(f"{self._where()}: cannot {doing} at {self.servers}: {exc.args[0]}") from None
@@ -207,16 +254,13 @@ class Kafka(SinkConnector):
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(self._settings())
-        try:
-            topics = admin.list_topics(timeout=CONNECT_TIMEOUT_S).topics
-        except kafka.KafkaException as exc:
-            raise SinkError(f"{self._where()}: Kafka unreachable at {self.servers}: {exc.args[0]}") from None
+        topics = admin.list_topics(timeout=CONNECT_TIMEOUT_S).topics  # unreachable: retried by _retrying
         if COMMITS_TOPIC in topics:
             return
         brokers = len(admin.list_topics(timeout=CONNECT_TIMEOUT_S).brokers)
         topic = NewTopic(COMMITS_TOPIC, num_partitions=1, replication_factor=min(3, brokers),
                          config={"cleanup.policy": "compact"})
-        for future in admin.create_topics([topic]).values():
+        for future in admin.create_topics([topic], request_timeout=CONNECT_TIMEOUT_S).values():
             try:
                 future.result()
             except kafka.KafkaException as exc:
@@ -297,11 +341,16 @@ class Kafka(SinkConnector):
             raise
 
     def _produce(self, producer: Any, key: Any, value: Any) -> None:
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S
         while True:
             try:
                 producer.produce(self.topic, value=value, key=key)
                 return
-            except BufferError:  # the local queue is full: let it drain
+            except BufferError:  # the local queue is full: let it drain, but not without end
+                if time.monotonic() > deadline:
+                    kafka = _confluent()
+                    full = f"the producer's queue stayed full for {FLUSH_TIMEOUT_S:g} s"
+                    raise kafka.KafkaException(kafka.KafkaError(kafka.KafkaError._TIMED_OUT, full)) from None
                 producer.poll(0.1)
 
     def _abandon(self, producer: Any, error: Any) -> None:
@@ -314,8 +363,14 @@ class Kafka(SinkConnector):
             pass
 
     def close(self) -> None:
-        group = self._group
+        producer, group = self._producer, self._group
         self._reset()
+        if producer is not None:  # drop what it holds, so that destroying it does not wait for the brokers
+            try:
+                producer.purge()
+                producer.flush(0)
+            except Exception:  # noqa: BLE001 - closing must not fail
+                pass
         if group is not None:
             try:
                 group.close()

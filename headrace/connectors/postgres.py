@@ -34,7 +34,7 @@ from headrace.connectors import postgres_commits as commits
 from headrace.connectors import postgres_staging as staging
 from headrace.connectors.base import Guarantee, SinkConnector, run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
-from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
+from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry, unreachable
 from headrace.connectors.sink_step import SinkStep, step_name
 from headrace.errors import PlanError, SetupError, SinkError, raised_inside
 from headrace.schema import TYPE_ALIASES
@@ -43,6 +43,11 @@ T = TypeVar("T")
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 CONNECT_TIMEOUT_S = 10
+# libpq settings a DSN may override: a connection whose server or network went silent (no reply,
+# not even to TCP keepalives; data sent and never acknowledged) fails after about a minute
+# instead of holding the batch without end; the failure is transient and retried.
+CONNECTION_DEFAULTS: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, "keepalives_idle": 30,
+                                       "keepalives_interval": 10, "keepalives_count": 3, "tcp_user_timeout": 60_000}
 
 # SQLSTATE classes of errors worth another attempt: connection exception, transaction rollback
 # (serialization failure, deadlock), insufficient resources (too many connections), operator
@@ -256,10 +261,9 @@ class Postgres(SinkConnector):
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         self.close()
-        extra: dict[str, Any] = {}
         try:
-            if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.dsn):
-                extra["connect_timeout"] = CONNECT_TIMEOUT_S
+            given = psycopg.conninfo.conninfo_to_dict(self.dsn)
+            extra = {name: value for name, value in CONNECTION_DEFAULTS.items() if name not in given}
         except psycopg.Error as exc:
             raise SinkError(f"{self._where()}: the DSN {redact_dsn(self.dsn)!r} is not valid: "
                             f"{_one_line(exc)}") from None
@@ -299,12 +303,18 @@ class Postgres(SinkConnector):
             return retry(action, self.backoff, transient, on_retry=lambda _exc: self.close())
         except RetriesExhausted as out:
             self.close()
-            state = "unreachable" if _connection_failed(out.last) else "kept failing"
-            raise SinkError(
-                f"{self._where()}: PostgreSQL {state} after {out.attempts} attempt{'s' if out.attempts > 1 else ''} "
-                f"over {out.elapsed_s:.1f} s: {_one_line(out.last)}; gave up trying to {doing} at "
-                f"{redact_dsn(self.dsn)}. Restart the pipeline once the server is back (it goes on from its "
-                "checkpoint, exactly once), or let the sink wait longer with retries= and retry_backoff=") from None
+            if _connection_failed(out.last):  # the restart strategy restarts the query on these words
+                what = unreachable("PostgreSQL", out.attempts, out.elapsed_s)
+                then = ("the run restarts the query from its checkpoint under its restart strategy (exactly once); "
+                        "if the server stays down longer, restart the pipeline once it is back, or let the sink "
+                        "wait longer with retries= and retry_backoff=")
+            else:
+                what = (f"PostgreSQL kept failing after {out.attempts} attempt{'s' if out.attempts > 1 else ''} "
+                        f"over {out.elapsed_s:.1f} s")
+                then = ("restart the pipeline once the cause is fixed (it goes on from its checkpoint, exactly "
+                        "once), or let the sink wait longer with retries= and retry_backoff=")
+            raise SinkError(f"{self._where()}: {what}: {_one_line(out.last)}; gave up trying to {doing} at "
+                            f"{redact_dsn(self.dsn)}; {then}") from None
         except psycopg.Error as exc:
             raise SinkError(f"{self._where()}: cannot {doing}: {_one_line(exc)}") from None
 

@@ -54,6 +54,21 @@ class Backoff:
             yield min(self.first_s * 2 ** number, self.max_s)
 
 
+# How a connector says that a server stayed out of reach through all its retries: the restart
+# strategy (headrace/runtime/failures.py) restarts the query on an error that says so.
+UNREACHABLE = "unreachable after"
+
+
+def unreachable(service: str, attempts: int, elapsed_s: float) -> str:
+    """``PostgreSQL unreachable after 6 attempts over 15.5 s``: the words a connector's error
+    uses when the server stayed out of reach (the run restarts the query on them).
+
+    >>> unreachable("Kafka", 1, 0.04)
+    'Kafka unreachable after 1 attempt over 0.0 s'
+    """
+    return f"{service} {UNREACHABLE} {attempts} attempt{'s' if attempts != 1 else ''} over {elapsed_s:.1f} s"
+
+
 class RetriesExhausted(Exception):
     """Every attempt failed with a transient error; ``last`` is the last one."""
 

@@ -14,8 +14,12 @@ checkpoint can get past it):
 * the Python streaming source runner lost: the process serving a source's offsets died or its
   connection broke (Spark's ``STREAM_FAILED`` with the runner in its trace);
 * a lost connection: Python's ``ConnectionError`` family and ``TimeoutError``, PostgreSQL's
-  ``OperationalError``, Java's socket and connect exceptions, in a source, a sink or a user
-  function.
+  ``OperationalError``, Java's socket and connect exceptions, the Kafka client's timeout and
+  network exceptions (Spark's Kafka source whose brokers are out of reach), in a source, a sink
+  or a user function;
+* a source's or a sink's server out of reach past the connector's own retries (its error says
+  ``... unreachable after N attempts``, ``headrace/connectors/retry.py``), also when the server
+  is still out of reach as a restart starts the query again.
 
 Not worth one: a user function that raised anything else (it raises again on the same records
 when the batch is replayed), a source's or a sink's own error, a class Spark cannot load, and
@@ -30,7 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.errors import HeadraceError, PipelineFailed, raised_inside
+from headrace.connectors.retry import UNREACHABLE
+from headrace.errors import HeadraceError, PipelineFailed, SinkError, SourceError, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node
 
@@ -39,11 +44,14 @@ SOURCE_RUNNER = "PythonStreamingSourceRunner"
 _RUNNER_LOST = re.compile(r"java\.io\.EOFException|java\.net\.Socket\w*Exception|exited unexpectedly")
 _CONNECTION_LOST = re.compile(
     r"\b(?:ConnectionError|ConnectionResetError|ConnectionRefusedError|ConnectionAbortedError|BrokenPipeError"
-    r"|TimeoutError|OperationalError|java\.net\.(?:Connect|Socket|SocketTimeout|NoRouteToHost)Exception)\b")
+    r"|TimeoutError|OperationalError|java\.net\.(?:Connect|Socket|SocketTimeout|NoRouteToHost)Exception"
+    r"|org\.apache\.kafka\.common\.errors\.(?:Timeout|Network|Disconnect)Exception)\b")  # brokers out of reach
+_UNREACHABLE = re.compile(re.escape(UNREACHABLE) + r" \d+ attempts?\b")
 _NO_DATA_SOURCE = re.compile(r"Failed to find the data source: (\S+?)\.?\s")
 _NO_CLASS = re.compile(r"(?:ClassNotFoundException|NoClassDefFoundError): ([\w.$/]+)")
 _HEADLINE = re.compile(r"^(?:Caused by: )?((?:[a-z_]\w*\.)+[A-Z]\w*(?:Exception|Error)\b.*"  # java.io.EOFException
                        r"|[A-Z]\w*(?:Exception|Error): .*)$")  # ValueError: ...
+UNFINISHED_RESCALE = "STREAMING_UNFINISHED_REPARTITION_DETECTED"
 OLDER_THAN_WATERMARK = "EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED"
 _OLDER = re.compile(r"eventTime=(\d+) which is older than current_watermark_value=(\d+)")
 _STREAM_FAILED = re.compile(r"^\[STREAM_FAILED\].*?terminated with exception:\s*")
@@ -72,8 +80,8 @@ def python_worker_crashed(text: str) -> bool:
 def classify(plan: Plan, exc: BaseException, java: Any = None) -> Failure:
     """The headrace error for ``exc`` (a failure of ``plan``'s query; ``java``: the JVM's exception
     behind it, when the caller has it) and whether a restart can help."""
-    if isinstance(exc, HeadraceError):
-        return Failure(exc, restartable=False)
+    if isinstance(exc, HeadraceError):  # raised on the driver: a connector's before the query (re)starts
+        return Failure(exc, restartable=isinstance(exc, (SinkError, SourceError)) and _server_lost(str(exc)))
     trace = spark_trace(exc, java)
     failure = _classify(plan, trace)
     failure.error.trace = trace
@@ -85,7 +93,7 @@ def _classify(plan: Plan, text: str) -> Failure:
         return Failure(PipelineFailed(_older_than_watermark(plan, text)), restartable=False)
     inner = raised_inside(text)
     if inner is not None:  # a user function, a source or a sink said what went wrong (the record aside)
-        return Failure(inner, restartable=bool(_CONNECTION_LOST.search(str(inner).split(" (record: ")[0])))
+        return Failure(inner, restartable=_server_lost(str(inner).split(" (record: ")[0]))
     if python_worker_crashed(text):
         steps: Sequence[Node] = _user_code(plan) or plan.sources()
         return Failure(PipelineFailed(
@@ -97,6 +105,11 @@ def _classify(plan: Plan, text: str) -> Failure:
         return Failure(PipelineFailed(
             f"{_who(plan, sources)}: Spark lost the Python process that serves {whose} (the streaming source runner "
             "died or its connection broke)"), restartable=True)
+    if UNFINISHED_RESCALE in text:
+        return Failure(PipelineFailed(
+            f"pipeline {plan.name!r}: its checkpoint ends with a state rescale that did not finish; run headrace "
+            "rescale again (any number of partitions: it finishes the earlier rescale first), then start the "
+            "pipeline"), restartable=False)
     missing = _missing_class(plan, text)
     if missing is not None:
         return Failure(PipelineFailed(missing), restartable=False)
@@ -104,6 +117,12 @@ def _classify(plan: Plan, text: str) -> Failure:
         return Failure(PipelineFailed(f"pipeline {plan.name!r} lost a connection: {root_cause(text)}"),
                        restartable=True)
     return Failure(PipelineFailed(f"pipeline {plan.name!r} failed: {root_cause(text)}"), restartable=False)
+
+
+def _server_lost(message: str) -> bool:
+    """Whether a connector's or a user function's error says a connection was lost or a server
+    stayed out of reach past the connector's retries."""
+    return bool(_CONNECTION_LOST.search(message) or _UNREACHABLE.search(message))
 
 
 def _older_than_watermark(plan: Plan, text: str) -> str:

@@ -181,6 +181,10 @@ class PipelineRun:
         self._halting.start()
         return True
 
+    def halted(self) -> bool:
+        """Whether a stop at once has stopped the query."""
+        return self._halting is not None and not self._halting.is_alive()
+
     def _mark_stop(self) -> None:
         if not self.run_dir:  # a remote state dir's run files are placed once the session runs
             return
@@ -280,18 +284,25 @@ class PipelineRun:
         return bool(self.query.isActive)
 
     def _recover(self, exc: BaseException, java: Any) -> None:
-        """Restart the failed query after its backoff, or raise its failure as one headrace error."""
+        """Restart the failed query after its backoff, or raise its failure as one headrace error.
+        A restart that fails to start for a reason worth a restart (a sink's server still out of
+        reach) counts as one more failure under the same policy."""
         failure = classify(self.plan, exc, java)
         self._collect()
-        if not failure.restartable or self.stopping:
-            raise failure.error from None
-        delay = self.restart_policy.next_delay(time.time())
-        if delay is None:
-            raise failure.giving_up(self.restart_policy.attempts, self.restart_policy.describe()) from None
-        self.restarts += 1
-        self.display.restart(self.restarts, self.restart_policy.describe(), delay, failure.error)
-        if self._pause(delay):
-            self._start_query()
+        while True:
+            if not failure.restartable or self.stopping:
+                raise failure.error from None
+            delay = self.restart_policy.next_delay(time.time())
+            if delay is None:
+                raise failure.giving_up(self.restart_policy.attempts, self.restart_policy.describe()) from None
+            self.restarts += 1
+            self.display.restart(self.restarts, self.restart_policy.describe(), delay, failure.error)
+            if not self._pause(delay):
+                return
+            try:
+                return self._start_query()
+            except HeadraceError as error:
+                failure = classify(self.plan, error)
 
     def _pause(self, seconds: float) -> bool:
         """Sleep ``seconds`` unless a stop is asked meanwhile; True when none was."""
