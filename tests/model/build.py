@@ -12,7 +12,9 @@ from model.spec import (
     AGGREGATE_NAMES,
     EVENT_SCHEMA,
     PROCESS_SCHEMA,
+    SECOND_SOURCE,
     SOURCE,
+    WEIGHTS,
     BadLine,
     NativeFilter,
     PythonFilter,
@@ -21,6 +23,8 @@ from model.spec import (
     Session,
     Sliding,
     Spec,
+    SqlStep,
+    TableJoin,
     Tally,
     Tumbling,
     Window,
@@ -33,9 +37,15 @@ MAPPED_SCHEMA = {**EVENT_SCHEMA, "ts": "timestamp"}
 
 
 def write_input(spec: Spec, folder: Path) -> None:
-    """One JSON-lines file per micro-batch, named in batch order."""
+    """One JSON-lines file per micro-batch, named in batch order; a united source's under ``more``."""
+    _write_batches(spec.batches, folder / SOURCE)
+    if spec.union:
+        _write_batches(spec.union.batches, folder / SECOND_SOURCE)
+
+
+def _write_batches(batches: tuple[tuple[Any, ...], ...], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for number, batch in enumerate(spec.batches):
+    for number, batch in enumerate(batches):
         lines = [item.raw if isinstance(item, BadLine) else json.dumps(item.as_dict()) for item in batch]
         (folder / file_name(number)).write_text("".join(line + "\n" for line in lines))
 
@@ -50,13 +60,15 @@ class Built:
 def build(spec: Spec, name: str, folder: Path) -> Built:
     """``spec``'s pipeline reading ``folder / "input"``; file sinks write under ``folder``."""
     p = hr.Pipeline(name)
-    source = hr.sources.Files(str(folder / "input"), format="jsonl", schema=EVENT_SCHEMA, bounded=True,
-                              max_files_per_batch=1)
-    stream = p.source(SOURCE, source, event_time="ts", max_out_of_orderness=spec.delay)
-    for step in spec.steps:
-        stream = _stateless(stream, step)
+    stream = _source(p, SOURCE, folder / "input" / SOURCE, spec.delay)
+    for number, step in enumerate(spec.steps):
+        stream = _stateless(p, stream, step, f"step_{number}")
     sinks: dict[str, Any] = {}
-    final = _stateful(stream, spec.stateful) if spec.stateful else stream
+    united = stream
+    if spec.union:
+        united = stream.union(_source(p, SECOND_SOURCE, folder / "input" / SECOND_SOURCE, spec.union.delay),
+                              name="united")
+    final = _stateful(united, spec.stateful) if spec.stateful else united
     kinds = spec.sink_kinds()
     for sink_name, kind in kinds.items():
         target = {"tap": stream, "dead": None}.get(sink_name, final)
@@ -68,15 +80,28 @@ def build(spec: Spec, name: str, folder: Path) -> Built:
     return Built(p, sinks)
 
 
-def _stateless(stream: hr.Stream, step: Any) -> hr.Stream:
+def _source(p: hr.Pipeline, name: str, folder: Path, delay: int) -> hr.Stream:
+    files = hr.sources.Files(str(folder), format="jsonl", schema=EVENT_SCHEMA, bounded=True, max_files_per_batch=1)
+    return p.source(name, files, event_time="ts", max_out_of_orderness=delay)
+
+
+def _stateless(p: hr.Pipeline, stream: hr.Stream, step: Any, name: str) -> hr.Stream:
     if isinstance(step, NativeFilter):
-        return stream.filter(hr.col("value") > step.above)
-    if isinstance(step, (PythonFilter,)):
-        return stream.filter(step)
+        return stream.filter(hr.col("value") > step.above, name=name)
+    if isinstance(step, PythonFilter):
+        return stream.filter(step, name=name)
     if isinstance(step, PythonMap):
-        return stream.map(step, schema=MAPPED_SCHEMA)
+        return stream.map(step, schema=MAPPED_SCHEMA, name=name)
     if isinstance(step, WithColumns):
-        return stream.with_columns(value=hr.col("value") * step.times)
+        return stream.with_columns(value=hr.col("value") * step.times, name=name)
+    if isinstance(step, SqlStep):
+        return p.sql(f"SELECT key, value + {step.add} AS value, ts FROM {stream.node.name}", name=name)
+    if isinstance(step, TableJoin):
+        table = p.table(f"{name}_weights", [{"key": k, "weight": w} for k, w in WEIGHTS.items()],
+                        schema={"key": "string", "weight": "long"})
+        joined = stream.join(table, on="key", how=step.how, name=name)
+        return (joined.with_columns(value=hr.col("value") * hr.col("weight"), name=f"{name}_weighted")
+                .select("key", "value", "ts", name=f"{name}_select"))
     raise TypeError(f"cannot build {step!r}")
 
 
@@ -99,7 +124,11 @@ def _shape(shape: Any) -> Any:
 def _stateful(stream: hr.Stream, step: Any) -> hr.Stream:
     if isinstance(step, Window):
         grouped: Any = stream.key_by("key") if step.keyed else stream
-        results = grouped.window(_shape(step.shape), name="first_window").aggregate(**_aggregates(step.aggregates))
+        trigger = hr.AfterWatermark(early=hr.EveryN(step.early)) if step.early else None
+        windowed = grouped.window(_shape(step.shape), name="first_window", trigger=trigger,
+                                  allowed_lateness=step.lateness,
+                                  accumulation="accumulating" if step.accumulating else "discarding")
+        results = windowed.aggregate(**_aggregates(step.aggregates))
         if step.then is None:
             return results
         again: Any = results.key_by("key") if step.keyed else results

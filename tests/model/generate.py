@@ -17,8 +17,11 @@ from model.spec import (
     Session,
     Sliding,
     Spec,
+    SqlStep,
+    TableJoin,
     Tally,
     Tumbling,
+    Union,
     Window,
     WithColumns,
 )
@@ -30,11 +33,11 @@ values = st.one_of(st.none(), st.integers(-5, 20))
 
 
 @st.composite
-def batches(draw: st.DrawFn) -> tuple[tuple[Event | BadLine, ...], ...]:
-    """1-3 micro-batches whose times mostly advance, with out-of-order and late records and bad lines."""
+def batches(draw: st.DrawFn, least: int = 1, most: int = 3) -> tuple[tuple[Event | BadLine, ...], ...]:
+    """Micro-batches whose times mostly advance, with out-of-order and late records and bad lines."""
     out = []
     base = 0
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(st.integers(least, most))):
         base += draw(st.integers(0, 6_000))
         events = draw(st.lists(st.builds(Event, keys, values, st.integers(max(0, base - 8_000), base + 3_000)),
                                max_size=6))
@@ -49,6 +52,8 @@ stateless = st.one_of(
     st.builds(PythonFilter, st.integers(2, 5)),
     st.builds(PythonMap, st.integers(-2, 3)),
     st.builds(WithColumns, st.integers(-2, 3)),
+    st.builds(SqlStep, st.integers(-2, 3)),
+    st.builds(TableJoin, st.sampled_from(["inner", "left"])),
 )
 
 aggregates = st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=3, unique=True).map(tuple)
@@ -63,11 +68,26 @@ windows = st.builds(Window, shapes, st.booleans(), aggregates)
 windows_of_windows = st.builds(Window, shapes, st.booleans(), aggregates.map(lambda a: ("count", *a[1:]) if "count"
                                                                               not in a else a),
                                st.builds(SecondWindow, st.sampled_from([5_000, 10_000])))
+pane_windows = st.builds(Window, st.one_of(shapes.filter(lambda s: not isinstance(s, Session))), st.booleans(),
+                         aggregates, st.none(), st.sampled_from([0, 1_000, 3_000]), st.sampled_from([None, 1, 2]),
+                         st.booleans())
 processes = st.builds(Tally, st.sampled_from([0, 1_000, 3_000]))
-stateful = st.one_of(st.none(), windows, windows, windows_of_windows, processes, st.builds(Rolling, aggregates))
+stateful = st.one_of(st.none(), windows, windows, windows_of_windows, pane_windows, processes,
+                     st.builds(Rolling, aggregates))
 
 sink_kinds = st.sampled_from(SINK_KINDS)
 
+
+# a pipeline from files to one file sink, read by a driver killed mid-stream (no running aggregates:
+# Spark's file writer has no update mode, see tests/test_differential_found.py)
+killable_specs = st.builds(
+    Spec,
+    batches=batches(4, 5),
+    delay=st.sampled_from([0, 500, 2_000]),
+    steps=st.lists(stateless, max_size=3).map(tuple),
+    stateful=st.one_of(st.none(), windows, windows_of_windows, pane_windows, processes),
+    sinks=st.just(("files",)),
+)
 
 specs = st.builds(
     Spec,
@@ -78,4 +98,5 @@ specs = st.builds(
     sinks=st.lists(sink_kinds, min_size=1, max_size=2).map(tuple),
     tap=st.one_of(st.none(), sink_kinds),
     dead_letters=st.one_of(st.none(), sink_kinds),
+    union=st.one_of(st.none(), st.none(), st.builds(Union, batches(), st.sampled_from([0, 1_000]))),
 )

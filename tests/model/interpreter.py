@@ -7,7 +7,9 @@ headrace):
   its field's type, is a dead letter (``source``, ``position`` ``file:line``, ``raw``);
 * the watermark W is the largest event time seen (over every parsed record of the source, before
   any step) minus the maximum out-of-orderness; it moves between micro-batches, so a batch is
-  judged against the W the batches before it left (docs/semantics.md);
+  judged against the W the batches before it left (docs/semantics.md); with a second source
+  united, W is the smaller of the two sources' (one that sent nothing holds W back); a bounded
+  source's end (its flush row, read with its last file) takes its own watermark past every time;
 * windows are half-open ``[start, end)``; a record whose every window ended (``end <= W``; a
   session's ``t + gap <= W``, before merging) is late: dropped and counted once; a window fires
   once the watermark reaches its end; the end of the input fires every open window;
@@ -33,7 +35,9 @@ from typing import Any
 
 from model.spec import (
     AGGREGATE_NAMES,
+    SECOND_SOURCE,
     SOURCE,
+    WEIGHTS,
     BadLine,
     Event,
     NativeFilter,
@@ -43,6 +47,8 @@ from model.spec import (
     Session,
     Sliding,
     Spec,
+    SqlStep,
+    TableJoin,
     Tally,
     Tumbling,
     Window,
@@ -67,22 +73,33 @@ def run(spec: Spec) -> Outcome:
     """Every sink's rows, the dead-letter count and the late-drop count of ``spec``'s pipeline."""
     outcome = Outcome(sinks={name: [] for name in spec.sink_kinds()})
     stateful = _stateful(spec)
+    inputs = {SOURCE: spec.batches, **({SECOND_SOURCE: spec.union.batches} if spec.union else {})}
+    delays = {SOURCE: spec.delay, **({SECOND_SOURCE: spec.union.delay} if spec.union else {})}
+    max_seen = {name: -math.inf for name in inputs}
     watermark = -math.inf
-    max_seen = -math.inf
-    for number, batch in enumerate(spec.batches):
-        events, dead = _parse(number, batch)
-        outcome.dead_letters += len(dead)
-        if "dead" in outcome.sinks:
-            outcome.sinks["dead"].extend(dead)
-        rows = [_stateless(spec, event.as_dict()) for event in events]
-        kept = [row for row in rows if row is not None]
-        if "tap" in outcome.sinks:
-            outcome.sinks["tap"].extend(kept)
-        results = stateful.add(kept, watermark) if stateful else kept
-        max_seen = max([max_seen, *(event.ts for event in events)])
-        watermark = max(watermark, max_seen - spec.delay)
-        if number == len(spec.batches) - 1:
-            watermark = END_OF_INPUT  # the source's flush row: every window fires
+    for number in range(max(len(batches) for batches in inputs.values())):
+        into_stateful: list[Row] = []
+        for name, batches in inputs.items():  # each source reads its next file, if it has one
+            if number >= len(batches):
+                continue
+            events, dead = _parse(name, number, batches[number])
+            outcome.dead_letters += len(dead)
+            if "dead" in outcome.sinks:
+                outcome.sinks["dead"].extend(dead)
+            max_seen[name] = max([max_seen[name], *(event.ts for event in events)])
+            if number == len(batches) - 1:
+                max_seen[name] = END_OF_INPUT  # the source's flush row comes with its last file
+            if name != SOURCE:  # the united source joins the stream after its steps
+                into_stateful.extend(event.as_dict() for event in events)
+                continue
+            rows = [_stateless(spec, event.as_dict()) for event in events]
+            kept = [row for row in rows if row is not None]
+            if "tap" in outcome.sinks:
+                outcome.sinks["tap"].extend(kept)
+            into_stateful = kept + into_stateful
+        results = stateful.add(into_stateful, watermark) if stateful else into_stateful
+        # every source's watermark, the smallest of them; one that has sent nothing holds it back
+        watermark = max(watermark, min(seen - delays[name] for name, seen in max_seen.items()))
         if stateful:
             results = results + stateful.fire(watermark)
         for name in outcome.sinks:
@@ -92,11 +109,11 @@ def run(spec: Spec) -> Outcome:
     return outcome
 
 
-def _parse(number: int, batch: tuple[Event | BadLine, ...]) -> tuple[list[Event], list[Row]]:
+def _parse(source: str, number: int, batch: tuple[Event | BadLine, ...]) -> tuple[list[Event], list[Row]]:
     events, dead = [], []
     for line, item in enumerate(batch, start=1):
         if isinstance(item, BadLine):
-            dead.append({"source": SOURCE, "position": f"{file_name(number)}:{line}", "raw": item.raw})
+            dead.append({"source": source, "position": f"{file_name(number)}:{line}", "raw": item.raw})
         else:
             events.append(item)
     return events, dead
@@ -114,6 +131,13 @@ def _stateless(spec: Spec, row: Row) -> Row | None:
             row = step(dict(row))
         elif isinstance(step, WithColumns):
             row = {**row, "value": None if row["value"] is None else row["value"] * step.times}
+        elif isinstance(step, SqlStep):
+            row = {**row, "value": None if row["value"] is None else row["value"] + step.add}
+        elif isinstance(step, TableJoin):
+            weight = WEIGHTS.get(row["key"]) if row["key"] is not None else None
+            if weight is None and step.how == "inner":
+                return None
+            row = {**row, "value": None if row["value"] is None or weight is None else row["value"] * weight}
         else:
             raise TypeError(f"no model for step {step!r}")
     return row
@@ -138,7 +162,7 @@ def _results(aggregates: tuple[str, ...], values: list[Any]) -> Row:
 
 def _stateful(spec: Spec) -> Any:
     if isinstance(spec.stateful, Window):
-        return WindowModel(spec.stateful)
+        return PaneWindowModel(spec.stateful) if spec.stateful.panes else WindowModel(spec.stateful)
     if isinstance(spec.stateful, Rolling):
         return RollingModel(spec.stateful)
     if isinstance(spec.stateful, Tally):
@@ -198,6 +222,74 @@ class WindowModel:
             row: Row = {"key": key} if self.step.keyed else {}
             row.update(window_start=start, window_end=end, **_results(self.step.aggregates, self.panes.pop(pane)))
             out.append(row)
+        return out
+
+
+@dataclass
+class Pane:
+    total: list[Any] = field(default_factory=list)
+    pending: list[Any] = field(default_factory=list)
+    emitted: int = 0
+    on_time_done: bool = False
+    since_early: int = 0
+
+
+class PaneWindowModel:
+    """Tumbling or sliding windows with allowed lateness L, an early trigger every N records and
+    accumulating or discarding panes (docs/windows.md): the on-time pane when the watermark
+    reaches the end; a record for a window whose end the watermark reached but end + L not yet
+    updates it and fires a late pane at once; at end + L the window is forgotten and records for
+    it are dropped. A pane with nothing new is skipped."""
+
+    def __init__(self, step: Window) -> None:
+        self.step = step
+        self.panes: dict[tuple[Any, int, int], Pane] = {}
+        self.late = 0
+        self.out: list[Row] = []
+
+    def add(self, rows: list[Row], watermark: float) -> list[Row]:
+        for row in rows:
+            key = row["key"] if self.step.keyed else None
+            live = [w for w in assign(self.step.shape, row["ts"]) if watermark < w[1] + self.step.lateness]
+            if not live:
+                self.late += 1
+            for start, end in live:
+                pane = self.panes.setdefault((key, start, end), Pane())
+                pane.total.append(row["value"])
+                pane.pending.append(row["value"])
+                if watermark >= end:
+                    pane.on_time_done = True
+                    self._fire((key, start, end), "late")
+                elif self.step.early:
+                    pane.since_early += 1
+                    if pane.since_early >= self.step.early:
+                        self._fire((key, start, end), "early")
+        out, self.out = self.out, []
+        return out
+
+    def _fire(self, ident: tuple[Any, int, int], kind: str) -> None:
+        pane = self.panes[ident]
+        if not pane.pending:
+            return
+        key, start, end = ident
+        row: Row = {"key": key} if self.step.keyed else {}
+        values = pane.total if self.step.accumulating else pane.pending
+        row.update(window_start=start, window_end=end, pane_kind=kind, pane_index=pane.emitted,
+                   **_results(self.step.aggregates, values))
+        self.out.append(row)
+        pane.emitted += 1
+        pane.pending = []
+        pane.since_early = 0
+
+    def fire(self, watermark: float) -> list[Row]:
+        for ident in sorted(self.panes, key=repr):
+            pane = self.panes[ident]
+            if not pane.on_time_done and watermark >= ident[2]:
+                pane.on_time_done = True
+                self._fire(ident, "on_time")
+        for ident in [i for i in self.panes if watermark >= i[2] + self.step.lateness]:
+            del self.panes[ident]
+        out, self.out = self.out, []
         return out
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SOURCE = "events"
+SECOND_SOURCE = "more"
 EVENT_SCHEMA = {"key": "string", "value": "long", "ts": "long"}
 
 
@@ -71,7 +72,26 @@ class WithColumns:
     times: int
 
 
-Stateless = NativeFilter | PythonFilter | PythonMap | WithColumns
+@dataclass(frozen=True)
+class SqlStep:
+    """``p.sql("SELECT key, value + add AS value, ts FROM <the stream so far>")``."""
+
+    add: int
+
+
+WEIGHTS = {"a": 2, "b": 3}  # the table of a TableJoin: key -> weight
+
+
+@dataclass(frozen=True)
+class TableJoin:
+    """``join(table, on="key", how=how)`` with the table WEIGHTS, then ``value * weight`` and
+    ``select("key", "value", "ts")``: an inner join drops keys not in the table (null included), a
+    left join keeps them with a null weight."""
+
+    how: str
+
+
+Stateless = NativeFilter | PythonFilter | PythonMap | WithColumns | SqlStep | TableJoin
 
 # -- stateful steps ---------------------------------------------------------------------------
 
@@ -115,6 +135,14 @@ class Window:
     keyed: bool
     aggregates: tuple[str, ...]
     then: SecondWindow | None = None
+    lateness: int = 0                         # allowed_lateness, ms
+    early: int | None = None                  # trigger=hr.AfterWatermark(early=hr.EveryN(early))
+    accumulating: bool = True                 # accumulation="accumulating" or "discarding"
+
+    @property
+    def panes(self) -> bool:
+        """Whether the output has ``pane_kind`` and ``pane_index`` (docs/windows.md)."""
+        return bool(self.lateness or self.early or not self.accumulating)
 
 
 @dataclass(frozen=True)
@@ -137,6 +165,15 @@ PROCESS_SCHEMA = {"key": "string", "kind": "string", "n": "long", "at": "long"}
 
 Stateful = Window | Rolling | Tally
 
+@dataclass(frozen=True)
+class Union:
+    """A second source (``more``, its own files and out-of-orderness, event time ``ts``) united with
+    the stream after the stateless steps, before the stateful step."""
+
+    batches: tuple[tuple[Line, ...], ...]
+    delay: int
+
+
 # -- the whole pipeline -----------------------------------------------------------------------
 
 SINK_KINDS = ("test", "files")
@@ -151,6 +188,7 @@ class Spec:
     sinks: tuple[str, ...]                    # the kinds of the final stream's sinks
     tap: str | None = None                    # a sink of the stateless stream, before the stateful step
     dead_letters: str | None = None           # a sink of the dead letters
+    union: Union | None = None
 
     def sink_kinds(self) -> dict[str, str]:
         """Each sink's name and kind."""
