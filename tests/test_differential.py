@@ -29,7 +29,7 @@ import headrace.testing
 from headrace.connectors.files_sink import read_rows
 from headrace.runtime.runner import PipelineRun
 
-CI_EXAMPLES = 6
+CI_EXAMPLES = 5
 CI_KILLED_EXAMPLES = 1
 HERE = Path(__file__).resolve().parent
 _names = itertools.count()
@@ -73,6 +73,10 @@ def known_defect(spec: Spec) -> str | None:
         return "test_a_session_window_over_the_whole_stream"
     if isinstance(spec.stateful, Rolling) and list(spec.sink_kinds().values()) == ["files"]:
         return "test_running_counts_into_a_file_sink"
+    if interpreter.run(spec) != interpreter.run(spec, watermark_after_native_steps=True):
+        return "test_the_watermark_sees_records_a_native_filter_drops"
+    if interpreter.run(spec) != interpreter.run(spec, chained_late_lag=True):
+        return "test_the_first_of_two_windows_drops_a_late_record"
     return None
 
 
@@ -128,6 +132,8 @@ def check_killed_run(spec: Spec, kill_after: int) -> None:
                 "folder": str(folder), "state_dir": str(folder / "state"), "out": str(folder / "out_0")}
         run = KilledRun(HERE / "differential_driver.py", args, folder / "driver.log")
         run.kill_after(kill_after)
+        if run.committed() >= len(spec.batches):
+            reject()  # the kill came after the whole input: nothing is left for the restart
         run.restart_until("the model's rows and every micro-batch",
                           lambda: len(run.written()) >= len(expected) and run.committed() >= len(spec.batches))
         assert as_multiset(run.written(), "out_0", "files") == as_multiset(expected, "out_0", "files")
