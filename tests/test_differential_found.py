@@ -141,3 +141,22 @@ def test_the_first_of_two_windows_drops_a_late_record(spark, tmp_path: Path):
     # late for [4 s, 5 s) (docs/semantics.md) and dropped; [0, 5 s) holds the seconds 0 and 1
     assert sorted((r["window_start"].timestamp(), r["total"]) for r in sink.rows()) == [(0.0, 2), (5.0, 1)]
     assert result.late_rows_dropped == 1
+
+
+@pytest.mark.xfail(strict=True, reason="a sliding window (on the stateful processor, default emission) whose one "
+                                       "sink is hr.sinks.Files writes headrace's own columns _hr_output, pane_kind "
+                                       "and pane_index, which docs/windows.md says such a window has not")
+def test_a_sliding_window_into_a_file_sink_writes_its_fields_only(spark, tmp_path: Path):
+    from headrace.connectors.files_sink import read_rows
+
+    p = hr.Pipeline("found_sliding_files")
+    events = p.source("events", TestSource([[{"key": "a", "ts": 500}]], schema={"key": "string", "ts": "long"}),
+                      event_time="ts")
+    (events.key_by("key").window(hr.Sliding(2_000, 1_000)).count()
+     .sink("out", hr.sinks.Files(str(tmp_path / "out"), format="jsonl")))
+    run_to_completion(p, state_dir=str(tmp_path / "state"))
+    rows = read_rows(str(tmp_path / "out"), "jsonl")
+    # 0.5 s is in [-1 s, 1 s) and [0 s, 2 s)
+    assert sorted((r["window_start"], r["count"]) for r in rows) == [
+        ("1969-12-31T23:59:59.000Z", 1), ("1970-01-01T00:00:00.000Z", 1)]
+    assert {tuple(sorted(r)) for r in rows} == {("count", "key", "window_end", "window_start")}
