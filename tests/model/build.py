@@ -24,6 +24,7 @@ from model.spec import (
     Sliding,
     Spec,
     SqlStep,
+    SqlWindow,
     TableJoin,
     Tally,
     Tumbling,
@@ -68,7 +69,11 @@ def build(spec: Spec, name: str, folder: Path) -> Built:
     if spec.union:
         united = stream.union(_source(p, SECOND_SOURCE, folder / "input" / SECOND_SOURCE, spec.union.delay),
                               name="united")
-    final = _stateful(united, spec.stateful) if spec.stateful else united
+    if isinstance(spec.stateful, SqlWindow):
+        final = p.sql(f"SELECT window, key, count(*) AS n, sum(value) AS total FROM {united.node.name} "
+                      f"GROUP BY window(ts, '{spec.stateful.seconds} seconds'), key", name="sql_window")
+    else:
+        final = _stateful(united, spec.stateful) if spec.stateful else united
     kinds = spec.sink_kinds()
     for sink_name, kind in kinds.items():
         target = {"tap": stream, "dead": None}.get(sink_name, final)

@@ -18,6 +18,7 @@ from model.spec import (
     Sliding,
     Spec,
     SqlStep,
+    SqlWindow,
     TableJoin,
     Tally,
     Tumbling,
@@ -72,7 +73,8 @@ pane_windows = st.builds(Window, st.one_of(shapes.filter(lambda s: not isinstanc
                          aggregates, st.none(), st.sampled_from([0, 1_000, 3_000]), st.sampled_from([None, 1, 2]),
                          st.booleans())
 processes = st.builds(Tally, st.sampled_from([0, 1_000, 3_000]))
-stateful = st.one_of(st.none(), windows, windows, windows_of_windows, pane_windows, processes,
+sql_windows = st.builds(SqlWindow, st.sampled_from([1, 2, 5]))
+stateful = st.one_of(st.none(), windows, windows, windows_of_windows, pane_windows, processes, sql_windows,
                      st.builds(Rolling, aggregates))
 
 sink_kinds = st.sampled_from(SINK_KINDS)

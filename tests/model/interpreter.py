@@ -48,6 +48,7 @@ from model.spec import (
     Sliding,
     Spec,
     SqlStep,
+    SqlWindow,
     TableJoin,
     Tally,
     Tumbling,
@@ -75,15 +76,16 @@ def run(spec: Spec, watermark_after_native_steps: bool = False, chained_late_lag
     ``watermark_after_native_steps`` is not the documented semantics: the watermark sees only the
     records that pass the native steps before the first Python step (what headrace does now, a
     known defect: tests/test_differential_found.py); the test uses it to tell which specs meet it.
-    ``chained_late_lag``, not documented either: in a chain of windows, the first judges lateness
-    against the watermark of the micro-batch before the previous one (another known defect)."""
+    ``chained_late_lag``, not documented either: in a chain of windows (or an SQL window), the first
+    judges lateness against the watermark of the micro-batch before the previous one (another)."""
     outcome = Outcome(sinks={name: [] for name in spec.sink_kinds()})
     stateful = _stateful(spec)
     inputs = {SOURCE: spec.batches, **({SECOND_SOURCE: spec.union.batches} if spec.union else {})}
     delays = {SOURCE: spec.delay, **({SECOND_SOURCE: spec.union.delay} if spec.union else {})}
     max_seen = {name: -math.inf for name in inputs}
     watermark = older = -math.inf
-    lagging = chained_late_lag and isinstance(spec.stateful, Window) and spec.stateful.then is not None
+    lagging = chained_late_lag and (isinstance(spec.stateful, SqlWindow) or (
+        isinstance(spec.stateful, Window) and spec.stateful.then is not None))
     for number in range(max(len(batches) for batches in inputs.values())):
         into_stateful: list[Row] = []
         for name, batches in inputs.items():  # each source reads its next file, if it has one
@@ -182,6 +184,8 @@ def _stateful(spec: Spec) -> Any:
         return RollingModel(spec.stateful)
     if isinstance(spec.stateful, Tally):
         return TallyModel(spec.stateful)
+    if isinstance(spec.stateful, SqlWindow):  # the same as a fluent window counting and summing
+        return WindowModel(Window(Tumbling(spec.stateful.seconds * 1000), True, ("count", "sum")))
     return None
 
 

@@ -161,9 +161,18 @@ class Tally:
     after: int
 
 
+@dataclass(frozen=True)
+class SqlWindow:
+    """``p.sql("SELECT window, key, count(*) AS n, sum(value) AS total FROM <stream> GROUP BY
+    window(ts, '<size> seconds'), key")``: Spark's tumbling window, flattened to window_start and
+    window_end (docs/sql.md)."""
+
+    seconds: int
+
+
 PROCESS_SCHEMA = {"key": "string", "kind": "string", "n": "long", "at": "long"}
 
-Stateful = Window | Rolling | Tally
+Stateful = Window | Rolling | Tally | SqlWindow
 
 @dataclass(frozen=True)
 class Union:
