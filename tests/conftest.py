@@ -33,3 +33,8 @@ def pg():
         service_or_skip("PostgreSQL", False, f"{redact_dsn(PG_DSN)}: {exc}")
     yield conn
     conn.close()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-examples", type=int, default=None,
+                     help="examples of the differential test (tests/test_differential.py) to run; CI runs a few")
