@@ -518,7 +518,7 @@ class Stream:
         if not isinstance(connector, SinkConnector):
             raise PlanError(f"sink {name!r} ({where}): expected a headrace sink connector, got "
                             f"{type(connector).__name__}")
-        check_sink_takes_updates(self.pipeline.plan, name, where, connector)
+        check_sink_takes_updates(self.pipeline.plan, name, where, connector, self.node.name)
         self._add(SinkNode(name, (self.node.name,), where, self.node.schema, connector=connector))
 
     def __repr__(self) -> str:

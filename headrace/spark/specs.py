@@ -332,13 +332,16 @@ def _sink_kind(connector: Any) -> str:
     return next((name for name in sinks.__all__ if getattr(sinks, name) is type(connector)), type(connector).__name__)
 
 
-def check_sink_takes_updates(plan: Plan, sink: str, where: str, connector: Any) -> None:
-    """Refuse a sink that cannot take update mode's rows in a pipeline with a step that emits
-    updates, naming the sink, the step and what to do."""
+def check_sink_takes_updates(plan: Plan, sink: str, where: str, connector: Any, reads: str) -> None:
+    """Refuse a sink that cannot take update mode's rows when it reads (the step ``reads`` or a step
+    above it) a step that emits updates, naming the sink, the step and what to do. A sink beside
+    such a step, on a stateless branch, gets each of its rows once."""
     why = connector.refuses_updates()
     if why is None:
         return
-    updating = next((n for n in plan.nodes.values() if spec_of(n).output_mode(n) == "update"), None)
+    feeding = {reads} | plan.upstream(reads)
+    updating = next((n for n in plan.nodes.values() if n.name in feeding and spec_of(n).output_mode(n) == "update"),
+                    None)
     if updating is None:
         return
     kind = _sink_kind(connector)
@@ -362,7 +365,7 @@ def check_plan(plan: Plan) -> None:
     _check_operators(plan)
     check_stages(plan)
     for sink in plan.sinks():
-        check_sink_takes_updates(plan, sink.name, sink.defined_at, sink.connector)
+        check_sink_takes_updates(plan, sink.name, sink.defined_at, sink.connector, sink.inputs[0])
     stateful = [n for n in plan.nodes.values() if spec_of(n).stateful]
     appending = [n for n in stateful if spec_of(n).output_mode(n) == "append"]
     updating = [n for n in stateful if spec_of(n).output_mode(n) == "update"]
