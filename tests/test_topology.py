@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import headrace as hr
+from headrace.code_locations import remember_definitions
 from headrace.errors import PlanError, SourceError, StepFunctionError
 from headrace.groupings import stable_hash
 from headrace.operators.instances import Route, WindowSpec, run_window
@@ -545,6 +546,7 @@ def run_bolt(bolt: hr.Bolt, tuples: list, *, routes=None, window: int = 0, now: 
     (routes: stream -> receiving tasks) and its state."""
     routes = routes or {"default": 2}
     edges = {stream: index for index, stream in enumerate(routes)}
+    remember_definitions(bolt)  # as the plan does, for its errors to name this file once pickled by value
     spec = WindowSpec("bolt", cloudpickle.dumps(bolt), partitions, {100: "src.default"},
                       {stream: (Route(edges[stream], hr.groupings.Shuffle(), n),) for stream, n in routes.items()},
                       1, window, now, {0: state} if state is not None else {})

@@ -98,11 +98,11 @@ class FileSink(SinkConnector):
         self.rewrite = rewrite
         self.native_format: str | None = FORMATS[format]
         self.owner: str | None = None
+        self._step: SinkStep | None = None
+        self._reset()
 
     def refuses_updates(self) -> str | None:
         return "files keep every row they are given, so each group's updates would pile up as rows"
-        self._step: SinkStep | None = None
-        self._reset()
 
     def _reset(self) -> None:
         self._record_path: str | None = None  # where the run record of a bound sink lives
