@@ -477,7 +477,7 @@ def test_a_kafka_outage_past_the_sinks_retries_is_restarted_with_exact_output(sp
     def outage() -> None:
         private_kafka.stop()
         moments["down"] = time.monotonic()
-        threading.Timer(3.0, back).start()
+        threading.Timer(15.0, back).start()  # past the sink's retries (2 attempts of at most 5 s each)
 
     caplog.set_level(logging.INFO, logger="headrace.kafka")
     started = time.monotonic()

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from headrace.connectors.sink_step import SinkStep
 from headrace.schema import Schema
 
 CONTROL_COLUMN = "_hr_ctl"
@@ -198,10 +199,10 @@ class SinkConnector:
         """The Spark packages (``headrace.runtime.jars.Package``) this sink needs."""
         return []
 
-    def check_schema(self, schema: Any, where: str) -> None:  # noqa: B027 - optional hook
+    def check_schema(self, schema: Any, step: SinkStep) -> None:  # noqa: B027 - optional hook
         """Called on the driver when the pipeline starts, before the first micro-batch, with the
-        Spark schema of the rows this sink will get; ``where`` names the sink step for
-        messages. A sink whose target has a schema of its own checks it here."""
+        Spark schema of the rows this sink will get; ``step`` names the sink step for every
+        message. A sink whose target has a schema of its own checks it here."""
 
     def refuses_updates(self) -> str | None:
         """Why this sink cannot take the rows of Spark's update mode (a group's new value each

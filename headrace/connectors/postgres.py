@@ -324,18 +324,21 @@ class Postgres(SinkConnector):
         self._retrying(f"check table {self.table!r} and the commit table {COMMIT_TABLE} before the start",
                        self._check_at_start)
 
-    def check_schema(self, schema: Any, where: str) -> None:
+    def check_schema(self, schema: Any, step: SinkStep) -> None:
         """An existing table against the stream, before the first batch: every column of the
         stream is a column of the table, of a type PostgreSQL can cast the stream's type to (a
         missing table is created from the stream's schema, when create_table=True)."""
+        named = copy.copy(self)  # every message, retries' included, names the step
+        named._step = step
+        named._reset()
         columns = [field.name for field in schema.fields]
-        self._check_columns(columns)
-        types = self._column_types(schema)
+        named._check_columns(columns)
+        types = named._column_types(schema)
         try:
-            self._retrying(f"check table {self.table!r} against the stream's columns",
-                           lambda: self._check_table_schema(where, schema, types))
+            named._retrying(f"check table {self.table!r} against the stream's columns",
+                            lambda: named._check_table_schema(str(step), schema, types))
         finally:
-            self.close()
+            named.close()
 
     def _check_table_schema(self, where: str, schema: Any, types: tuple[str, ...]) -> None:
         psycopg = _psycopg()

@@ -19,6 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from headrace.code_locations import function_label
 from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext, count_dead_letters
+from headrace.connectors.sink_step import SinkStep
 from headrace.plan.nodes import (
     RESULT_TIME,
     DeadLettersNode,
@@ -221,5 +222,5 @@ def lower_dead_letters(node: DeadLettersNode, lowering: Lowering) -> DataFrame:
 def lower_sink(node: SinkNode, lowering: Lowering) -> DataFrame:
     df = without_result_time(without_control(lowering.input(node)))
     if lowering.batch_id is None:  # compiling the query, before it starts (not inside a micro-batch)
-        node.connector.check_schema(df.schema, f"sink {node.name!r} ({node.defined_at})")
+        node.connector.check_schema(df.schema, SinkStep(node.name, node.defined_at))
     return df
