@@ -168,18 +168,9 @@ def written(kind: str, target: str) -> list[dict[str, Any]]:
             return [json.loads((await js.get_msg(target, seq)).data) for seq in range(1, last + 1)]
         return list(_nats(read))
     if kind == "rabbitmq":
-        import headrace as hr
-        from headrace.connectors.rabbitmq_streams import RabbitMQStreamReader
-        source = hr.sources.RabbitMQ(target, schema="user string, window_start timestamp, count long",
-                                     max_records_per_batch=None)
-        reader = RabbitMQStreamReader({**source.options(), "hr_source": "check"})
-        try:
-            start = reader.initialOffset()
-            end = reader.latestOffset(start)
-            return [row for part in reader.partitions(start, end) for batch in reader.read(part)
-                    for row in batch.to_pylist()]
-        finally:
-            reader.stop()
+        from test_rabbitmq_streams import read_all  # the stream read back through the source's reader
+
+        return read_all(target, "user string, window_start timestamp, count long")
     raise ValueError(kind)
 
 
