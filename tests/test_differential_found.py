@@ -96,9 +96,6 @@ def test_a_sliding_window_into_a_file_sink_writes_its_fields_only(spark, tmp_pat
     assert {tuple(sorted(r)) for r in rows} == {("count", "key", "window_end", "window_start")}
 
 
-@pytest.mark.xfail(strict=True, reason="the sum of a window whose values are all null is 0 on the stateful processor "
-                                       "(a sliding window) and null on Spark's window (a tumbling one); "
-                                       "docs/windows.md promises one result however the window runs; SQL's is null")
 def test_a_sum_of_nulls_is_null_however_the_window_runs(spark, tmp_path: Path):
     p = hr.Pipeline("found_sum_of_nulls")
     events = p.source("events", TestSource([[{"key": "a", "v": None, "ts": 500}]],

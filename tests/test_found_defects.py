@@ -71,3 +71,18 @@ def test_the_first_of_two_windows_drops_a_late_record(spark, tmp_path: Path):
     # late for [4 s, 5 s) (docs/semantics.md) and dropped; [0, 5 s) holds the seconds 0 and 1
     assert sorted((r["window_start"].timestamp(), r["total"]) for r in sink.rows()) == [(0.0, 2), (5.0, 1)]
     assert result.late_rows_dropped == 1
+
+
+def test_a_filter_on_running_counts_is_refused_when_built_unless_it_reads_only_the_keys():
+    """A filter below a running count would leave a key whose count stops matching in the sink
+    with its old count (update mode cannot take a row back), as HAVING would in SQL."""
+    p = hr.Pipeline("found_filter_of_updates")
+    counts = p.source("events", TestSource([[{"key": "a"}]], schema={"key": "string"})).key_by("key").count()
+    with pytest.raises(hr.PlanError, match=r"step 'big' \(test_found_defects.py:\d+\): a filter on the updates of "
+                                           r"step 'count' \(test_found_defects.py:\d+\) is not supported.*"
+                                           r"a column expression on key only is exact"):
+        counts.filter(hr.col("count") > 2, name="big")
+    with pytest.raises(hr.PlanError, match=r"step 'odd' \(test_found_defects.py:\d+\): a filter on the updates"):
+        counts.filter(lambda r: r["count"] % 2 == 1, name="odd")
+    counts.filter(hr.col("key") != "b", name="not_b").sink("out", TestSink())  # on the key: exact
+    p.validate()

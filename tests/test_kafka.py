@@ -323,6 +323,23 @@ def test_coordinator_errors_are_retried_and_others_are_not() -> None:
     assert not retriable(ValueError("not Kafka's"))
 
 
+def test_a_fenced_producer_is_replaced_and_the_batch_written_once(spark: Any, broker: str) -> None:
+    """A producer Kafka fenced (its coordinator bumped the epoch, as when the coordinator moves
+    off a killed broker) is replaced by a new one, and the batch goes in once."""
+    sink_topic = new_topic(1)
+    sink = hr.sinks.Kafka(sink_topic, SERVERS, key="user").bind(f"out/fenced@{uuid.uuid4()}")
+    rows = spark.createDataFrame([("u1", 1), ("u2", 2)], "user string, order_id long")
+    sink.prepare("")
+    sink.write_batch(rows, 0)
+    newer = kafka.Producer({"bootstrap.servers": SERVERS, "transactional.id": transactional_id(sink.name)})
+    newer.init_transactions(30)  # fences the sink's producer
+    sink.write_batch(rows.selectExpr("user", "order_id + 10 AS order_id"), 1)
+    sink.write_batch(rows, 1)  # a replay of a committed batch writes nothing
+    sink.close()
+    assert sorted((key, value["order_id"]) for key, value in consume(sink_topic)) == [
+        ("u1", 1), ("u1", 11), ("u2", 2), ("u2", 12)]
+
+
 # -- one source, several sinks and the dead letters ---------------------------------------------
 
 def _epoch_ms(text: str) -> int:

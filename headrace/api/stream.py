@@ -42,7 +42,7 @@ from headrace.runtime.admission import BatchDuration
 from headrace.runtime.runner import run
 from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, Schema, is_record_class, schema_of
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
-from headrace.spark.specs import check_plan, check_sink_takes_updates
+from headrace.spark.specs import check_plan, check_sink_takes_updates, updating_step
 from headrace.spark.stages import check_stage, why_no_event_time
 from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
 from headrace.windows import Count, Global, WindowShape
@@ -290,9 +290,26 @@ class Stream:
             step = self.pipeline._name(name, "filter")
             where = user_location()
             self._check_columns(step, where, predicate.columns())
+            self._check_filter_of_updates(step, where, predicate.columns())
             return self._follow(NativeStep(step, (self.node.name,), where, self.node.schema,
                                            self.node.event_time, mode="filter", exprs=(("condition", predicate),)))
+        if callable(predicate):
+            self._check_filter_of_updates(self.pipeline._name(name, "filter"), user_location(), None)
         return self._python("filter", predicate, None, name)
+
+    def _check_filter_of_updates(self, step: str, where: str, columns: Iterable[str] | None) -> None:
+        """A filter below a step that emits updates may only look at that step's keys (``columns``;
+        None: a Python function, which may look at anything): a group whose new value stops
+        matching would keep its old row in the sink, since update mode cannot take a row back."""
+        updating = updating_step(self.pipeline.plan, self.node.name)
+        if updating is None or (columns is not None and set(columns) <= set(updating.keys or ())):
+            return
+        on_keys = f" (a column expression on {', '.join(updating.keys)} only is exact)" if updating.keys else ""
+        raise self._fail(step, where, f"a filter on the updates of step {updating.name!r} ({updating.defined_at}) "
+                                      "is not supported: each micro-batch emits again every group it changed, and "
+                                      "a group whose new value stops matching would stay in the sink with its old "
+                                      "value (update mode cannot take a row back); filter where the results are "
+                                      f"stored, or aggregate a window with emit='final'{on_keys}")
 
     def map_batches(self, fn: Callable[[Any], Any], *, format: str = "arrow", schema: Any = None,
                     name: str | None = None) -> Stream:

@@ -51,6 +51,11 @@ CONNECT_TIMEOUT_S = 30.0
 # set, up to replica.lag.time.max.ms, 30 s, per request). A transaction a killed driver left
 # open does not wait for it: the next run's producer aborts it when it starts.
 TRANSACTION_TIMEOUT_MS = 300_000
+# How long one operation of the sink (writing a batch, reading its last commit, starting the
+# producer) may take over all its attempts before it gives up and the run restarts the query:
+# well inside the transaction timeout, so the coordinator never aborts a transaction the sink
+# still works on. Each Kafka call waits at most what is left of it.
+OPERATION_DEADLINE_S = 120.0
 
 
 class _OncePerMinute(logging.Filter):
@@ -108,8 +113,12 @@ def _confluent() -> Any:
 # Errors another attempt can get past that librdkafka does not flag retriable where they come
 # back from a consumer call: a coordinator that moved, or is still loading or being created
 # (a fresh broker creates its offsets and transaction topics on first use), a timeout.
+# A producer fenced while the cluster moves its transaction coordinator (the coordinator
+# bumped its epoch) is replaced by a new one, whose start takes a newer epoch; the batch is
+# then written only if its transaction had not committed (``_write_once``).
 _RETRIED_CODES = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
-                  "REQUEST_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN")
+                  "REQUEST_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN",
+                  "_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
 
 
 def retriable(exc: BaseException) -> bool:
@@ -164,9 +173,10 @@ class Kafka(SinkConnector):
     def _reset(self) -> None:
         self._producer: Any = None
         self._group: Any = None
+        self._deadline: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_producer": None, "_group": None}
+        return {**self.__dict__, "_producer": None, "_group": None, "_deadline": None}
 
     # -- identity and declarations --------------------------------------------------------------
 
@@ -220,10 +230,13 @@ class Kafka(SinkConnector):
 
     def _retrying(self, doing: str, action: Any) -> Any:
         """``action()``, tried again with a new producer after each retriable Kafka error
-        (``Backoff()``: six attempts over about 15 s); a SinkError naming the step otherwise."""
+        (``Backoff()``: six attempts over about 15 s of waits, all within
+        ``OPERATION_DEADLINE_S``); a SinkError naming the step otherwise."""
         kafka = _confluent()
+        self._deadline = time.monotonic() + OPERATION_DEADLINE_S
         try:
-            return retry(action, self.backoff, retriable, on_retry=lambda _exc: self.close())
+            return retry(action, self.backoff, retriable, on_retry=lambda _exc: self.close(),
+                         deadline_s=OPERATION_DEADLINE_S)
         except RetriesExhausted as out:  # the restart strategy restarts the query on these words
             self.close()
             raise SinkError(f"{self._where()}: {unreachable('Kafka', out.attempts, out.elapsed_s)} at {self.servers}: "
@@ -233,6 +246,14 @@ class Kafka(SinkConnector):
         except kafka.KafkaException as exc:
             self.close()
             raise SinkError(f"{self._where()}: cannot {doing} at {self.servers}: {exc.args[0]}") from None
+        finally:
+            self._deadline = None
+
+    def _wait(self, longest_s: float) -> float:
+        """The timeout of one blocking Kafka call: ``longest_s``, but not past the operation's deadline."""
+        if self._deadline is None:
+            return longest_s
+        return max(0.1, min(longest_s, self._deadline - time.monotonic()))
 
     def _ready(self) -> Any:
         """The transactional producer (its start fences an older one and aborts what it left
@@ -244,7 +265,7 @@ class Kafka(SinkConnector):
         self._ensure_commits_topic(kafka)
         producer = kafka.Producer({"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **self._settings(),
                                    "transactional.id": ident, "enable.idempotence": True, "linger.ms": 5})
-        producer.init_transactions(CONNECT_TIMEOUT_S)
+        producer.init_transactions(self._wait(CONNECT_TIMEOUT_S))
         consumer = kafka.Consumer({**self._settings(), "group.id": ident, "enable.auto.commit": False,
                                    "isolation.level": "read_committed"})
         self._producer, self._group = producer, consumer
@@ -254,13 +275,13 @@ class Kafka(SinkConnector):
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(self._settings())
-        topics = admin.list_topics(timeout=CONNECT_TIMEOUT_S).topics  # unreachable: retried by _retrying
+        topics = admin.list_topics(timeout=self._wait(CONNECT_TIMEOUT_S)).topics  # unreachable: retried by _retrying
         if COMMITS_TOPIC in topics:
             return
-        brokers = len(admin.list_topics(timeout=CONNECT_TIMEOUT_S).brokers)
+        brokers = len(admin.list_topics(timeout=self._wait(CONNECT_TIMEOUT_S)).brokers)
         topic = NewTopic(COMMITS_TOPIC, num_partitions=1, replication_factor=min(3, brokers),
                          config={"cleanup.policy": "compact"})
-        for future in admin.create_topics([topic], request_timeout=CONNECT_TIMEOUT_S).values():
+        for future in admin.create_topics([topic], request_timeout=self._wait(CONNECT_TIMEOUT_S)).values():
             try:
                 future.result()
             except kafka.KafkaException as exc:
@@ -271,7 +292,7 @@ class Kafka(SinkConnector):
     def _last_committed(self) -> int | None:
         kafka = _confluent()
         self._ready()
-        [found] = self._group.committed([kafka.TopicPartition(COMMITS_TOPIC, 0)], timeout=CONNECT_TIMEOUT_S)
+        [found] = self._group.committed([kafka.TopicPartition(COMMITS_TOPIC, 0)], timeout=self._wait(CONNECT_TIMEOUT_S))
         return found.offset - 1 if found.offset >= 0 else None
 
     def last_committed(self) -> int | None:
@@ -334,14 +355,15 @@ class Kafka(SinkConnector):
             for key, value in zip(keys, values, strict=True):
                 self._produce(producer, key, value)
             offsets = [kafka.TopicPartition(COMMITS_TOPIC, 0, batch_id + 1)]
-            producer.send_offsets_to_transaction(offsets, self._group.consumer_group_metadata(), FLUSH_TIMEOUT_S)
-            producer.commit_transaction(FLUSH_TIMEOUT_S)
+            producer.send_offsets_to_transaction(offsets, self._group.consumer_group_metadata(),
+                                                  self._wait(FLUSH_TIMEOUT_S))
+            producer.commit_transaction(self._wait(FLUSH_TIMEOUT_S))
         except kafka.KafkaException as exc:
             self._abandon(producer, exc.args[0])
             raise
 
     def _produce(self, producer: Any, key: Any, value: Any) -> None:
-        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        deadline = time.monotonic() + self._wait(FLUSH_TIMEOUT_S)
         while True:
             try:
                 producer.produce(self.topic, value=value, key=key)
@@ -358,7 +380,7 @@ class Kafka(SinkConnector):
         producer; the next one's start aborts it in any case)."""
         try:
             if error.txn_requires_abort():
-                producer.abort_transaction(FLUSH_TIMEOUT_S)
+                producer.abort_transaction(self._wait(FLUSH_TIMEOUT_S))
         except Exception:  # noqa: BLE001 - the new producer's init_transactions aborts it anyway
             pass
 

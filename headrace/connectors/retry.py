@@ -81,20 +81,35 @@ class RetriesExhausted(Exception):
 
 def retry(action: Callable[[], T], backoff: Backoff, transient: Callable[[BaseException], bool],
           on_retry: Callable[[BaseException], None] = lambda _exc: None,
-          sleep: Callable[[float], None] = time.sleep) -> T:
+          sleep: Callable[[float], None] = time.sleep, deadline_s: float | None = None) -> T:
     """``action()``, tried again after each transient failure (``on_retry(error)`` runs first,
     e.g. to drop a broken connection), until it succeeds, fails otherwise (raised as is) or
-    runs out of attempts (:class:`RetriesExhausted`)."""
+    runs out of attempts or of time (``deadline_s`` after the first attempt began):
+    :class:`RetriesExhausted`.
+
+    >>> calls = []
+    >>> def down() -> None:
+    ...     calls.append(1)
+    ...     raise TimeoutError("no answer")
+    >>> retry(down, Backoff(retries=5), lambda e: True, sleep=lambda s: None, deadline_s=0.0)
+    Traceback (most recent call last):
+    headrace.connectors.retry.RetriesExhausted: 1 attempts over 0.0 s: no answer
+    >>> len(calls)
+    1
+    """
     started = time.monotonic()
     delays = backoff.delays()
+    attempts = 0
     while True:
+        attempts += 1
         try:
             return action()
         except Exception as exc:
             if not transient(exc):
                 raise
             delay = next(delays, None)
-            if delay is None:
-                raise RetriesExhausted(backoff.attempts, time.monotonic() - started, exc) from exc
+            elapsed = time.monotonic() - started
+            if delay is None or (deadline_s is not None and elapsed + delay > deadline_s):
+                raise RetriesExhausted(attempts, elapsed, exc) from exc
             on_retry(exc)
             sleep(delay)

@@ -105,9 +105,7 @@ class BuiltinAggregates(WindowFunction):
                 out[name] = value[0]
             elif agg.func == "mean":
                 out[name] = value[0] / value[1] if value[1] else None
-            elif agg.func == "sum":
-                out[name] = 0 if value is None else value  # an empty pane gives the sum's identity
-            else:
+            else:  # a sum, min or max of no values (none, or all null) is null, as in SQL
                 out[name] = value
         return [out]
 

@@ -332,6 +332,13 @@ def _sink_kind(connector: Any) -> str:
     return next((name for name in sinks.__all__ if getattr(sinks, name) is type(connector)), type(connector).__name__)
 
 
+def updating_step(plan: Plan, reads: str) -> Node | None:
+    """The step at or above ``reads`` that emits updates (Spark's update mode), or None."""
+    feeding = {reads} | plan.upstream(reads)
+    return next((n for n in plan.nodes.values() if n.name in feeding and spec_of(n).output_mode(n) == "update"),
+                None)
+
+
 def check_sink_takes_updates(plan: Plan, sink: str, where: str, connector: Any, reads: str) -> None:
     """Refuse a sink that cannot take update mode's rows when it reads (the step ``reads`` or a step
     above it) a step that emits updates, naming the sink, the step and what to do. A sink beside
@@ -339,9 +346,7 @@ def check_sink_takes_updates(plan: Plan, sink: str, where: str, connector: Any, 
     why = connector.refuses_updates()
     if why is None:
         return
-    feeding = {reads} | plan.upstream(reads)
-    updating = next((n for n in plan.nodes.values() if n.name in feeding and spec_of(n).output_mode(n) == "update"),
-                    None)
+    updating = updating_step(plan, reads)
     if updating is None:
         return
     kind = _sink_kind(connector)
