@@ -22,6 +22,9 @@ from contextvars import ContextVar
 from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(__file__)  # the headrace package: frames in it are not the user's
+# ... except the pipelines headrace ships as a user would write them (``headrace demo``): their
+# steps are named by their own lines, not by the console script that called them.
+_PIPELINES_IN_PACKAGE = (os.path.join(_PACKAGE_DIR, "demo.py"),)
 _DECLARED_AT: ContextVar[str | None] = ContextVar("headrace_declared_at", default=None)
 DEFINED_IN = "__hr_defined_in__"  # the file name recorded on a user function or class
 PICKLED_CODE = "<dynamic-code>"  # the file cloudpickle gives code it pickled by value
@@ -133,7 +136,7 @@ def user_location() -> str:
         return declared
     for frame in inspect.stack()[1:]:
         filename = _frame_file(frame)
-        if not filename.startswith((_PACKAGE_DIR, "<")):
+        if filename in _PIPELINES_IN_PACKAGE or not filename.startswith((_PACKAGE_DIR, "<")):
             return f"{_file_name(filename)}:{frame.lineno}"
     return "<headrace>"
 

@@ -260,3 +260,22 @@ def test_demo_quiet_prints_only_the_windows(spark, tmp_path, capsys):
     assert "pipeline 'ysb'" not in out and "rows in" not in out  # no plan, no summary
     counts = [int(line.split("|")[4]) for line in out.splitlines() if line.startswith("|campaign-")]
     assert counts and all(count > 0 for count in counts)
+
+
+def test_the_demo_pipelines_steps_are_named_by_their_own_lines(capsys):
+    """``headrace explain examples/ysb.py`` (and ``headrace demo``) label each step with its line in
+    headrace/demo.py, where the pipeline is written, not with the line or console script that called it."""
+    import re
+
+    import headrace.demo
+
+    root = Path(__file__).resolve().parent.parent
+    assert main(["explain", str(root / "examples" / "ysb.py")]) == 0
+    out = capsys.readouterr().out
+    source = Path(headrace.demo.__file__).read_text().splitlines()
+    labels = re.findall(r"^  (\w+) .*\n.*\[(\S+):(\d+)\]$", out, flags=re.MULTILINE)
+    assert len(labels) == 9, out
+    for step, file, line in labels:
+        assert file == "demo.py", out
+        call = " ".join(source[int(line) - 1:int(line) + 1])  # the call named on its line, or spread to the next
+        assert step.removesuffix("_event_time") in call, (step, line)
