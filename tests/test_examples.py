@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import itertools
+import json
+import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,6 +72,12 @@ PROGRESS_LINE = re.compile(r"^batch \d+ \| ")
 NOISE = ("[warning]", "WARN", "Python worker", "Traceback", "Exception")
 
 
+def only_progress(stderr: str) -> bool:
+    """Nothing on stderr but the progress lines: no traceback, no warning."""
+    return not [line for line in stderr.splitlines() if not PROGRESS_LINE.match(line)] and \
+        not [word for word in NOISE if word in stderr]
+
+
 def headrace_command() -> list[str]:
     """``headrace`` as a user types it: the console script beside this Python, else the module."""
     script = Path(sys.executable).with_name("headrace")
@@ -92,8 +107,7 @@ def test_readme_tour_runs_as_the_readme_says_quietly_on_a_first_run(tmp_path):
     assert "fused Python stage #1" in ran.stdout
     assert "--- batch" in ran.stdout and "window_start" in ran.stdout
     assert "word_counts: 20,000 rows in 2 batches, 0 dead letters, stopped: input exhausted" in ran.stdout
-    assert [line for line in ran.stderr.splitlines() if not PROGRESS_LINE.match(line)] == [], ran.stderr
-    assert not [word for word in NOISE if word in ran.stderr], ran.stderr
+    assert only_progress(ran.stderr), ran.stderr
     assert list((tmp_path / "cache" / "jvm").glob("*.jsa")), "not a first run: no class archive was written"
 
 
@@ -287,3 +301,264 @@ def test_files_to_postgres_runs_with_headrace_run_as_its_docstring_says(spark, p
         assert db.execute("SELECT order_id, amount, amount_cents FROM orders").fetchall() == [(1, 9.5, 950)]
         assert db.execute("SELECT count(*) FROM orders_dead_letters").fetchone() == (1,)
         db.execute("DROP TABLE orders, orders_dead_letters")
+
+
+# -- the examples that run until stopped or on a lot of generated input ---------------------------
+# Each runs as its docstring says (`headrace run examples/NAME.py`, in a process group of its own),
+# stopped as a user stops it: Ctrl-C once its output is there, or --max-seconds.
+
+class Example:
+    """``with Example(NAME, folder, *ARGS) as run``: ``headrace run examples/NAME.py ARGS`` in a process
+    group of its own, its stdout and stderr kept in files; the group is killed if still there at the end."""
+
+    def __init__(self, name: str, folder: Path, *args: str) -> None:
+        path = ROOT / "examples" / f"{name}.py"
+        assert f"headrace run examples/{name}.py" in path.read_text()
+        self.out, self.err = folder / "stdout", folder / "stderr"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "headrace.cli", "run", str(path), "--state-dir", str(folder / "state"), *args],
+                cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, stdout=out, stderr=err,
+                start_new_session=True)
+
+    def __enter__(self) -> Example:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def wait_for(self, done: Callable[[], bool], timeout: float = 120) -> None:
+        """Poll ``done`` until it holds; fails if the run ends or the time runs out first."""
+        deadline = time.time() + timeout
+        while not done():
+            assert self.proc.poll() is None, f"the run ended ({self.proc.returncode}): {self.err.read_text()[-3000:]}"
+            assert time.time() < deadline, f"not done within {timeout} s: {self.err.read_text()[-3000:]}"
+            time.sleep(0.5)
+
+    def finish(self, timeout: float = 120, ctrl_c: bool = False) -> tuple[int, str, str]:
+        """Exit status, stdout and stderr, after a Ctrl-C to the whole group if asked."""
+        if ctrl_c:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"headrace run did not end within {timeout} s")
+        return self.proc.returncode, self.out.read_text(), self.err.read_text()
+
+
+# -- Kafka: fixed topics, emptied first; input with record timestamps; output read read_committed --
+KAFKA = "127.0.0.1:9092"
+
+
+def kafka_or_skip() -> None:
+    from conftest import service_or_skip
+
+    pytest.importorskip("confluent_kafka")
+    service_or_skip("Kafka", _reachable(9092), f"nothing listens on {KAFKA} (bash scripts/kafka.sh start)")
+
+
+def fresh_topics(*names: str) -> None:
+    """Delete the topics and create them again (one partition each): no record of an earlier run is left."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": KAFKA})
+    for future in admin.delete_topics(list(names)).values():
+        with contextlib.suppress(KafkaException):  # no such topic yet
+            future.result(30)
+    todo, deadline = set(names), time.time() + 60
+    while todo:
+        for name, future in admin.create_topics([NewTopic(name, 1, 1) for name in todo]).items():
+            try:
+                future.result(30)
+                todo.discard(name)
+            except KafkaException as error:  # still being deleted: try again
+                if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.time() > deadline:
+                    raise
+        time.sleep(0.2 if todo else 0)
+
+
+def produce(topic: str, records: list[tuple[str | bytes, int | None]]) -> None:
+    """(value, record timestamp in epoch ms, or None for the producer's clock) each."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": KAFKA})
+    for value, ms in records:
+        producer.produce(topic, value=value, **({"timestamp": ms} if ms is not None else {}))
+    assert producer.flush(30) == 0
+
+
+def epoch_ms(text: str) -> int:
+    return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
+
+
+def test_kafka_orders_runs_as_its_docstring_says_and_writes_each_total_once(tmp_path):
+    """examples/kafka_orders.py: orders with record timestamps in two minutes, a record past the second
+    minute's end + 5 s that closes both, and a value that is not JSON; ``headrace run``, then Ctrl-C
+    once the totals are there: exit 0, the totals per user and minute (read_committed) are those
+    computed here, the bad value is in the dead-letter topic, stderr holds only progress lines."""
+    from headrace.testing.kafka import read_topic
+
+    kafka_or_skip()
+    fresh_topics("orders", "order_totals", "orders_dead_letters")
+    t0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a minute boundary
+    orders = [("ana", 12, 1_000), ("bob", 3, 20_000), ("ana", 40, 59_999), ("bob", 5, 60_000), ("cy", 7, 90_000),
+              ("ana", 1, 119_999)]
+    closing = ("zed", 1, 126_000)  # its minute stays open: the watermark is 121 s
+    produce("orders", [(json.dumps({"user": u, "amount": a}), t0 + at) for u, a, at in [*orders, closing]]
+            + [(b"not json", t0 + 30_000)])
+    totals: dict[tuple[str, int], list[int]] = {}
+    for user, amount, at in orders:
+        total = totals.setdefault((user, t0 + at - at % 60_000), [0, 0])
+        total[0] += amount
+        total[1] += 1
+    expected = sorted((user, start, start + 60_000, total, n) for (user, start), (total, n) in totals.items())
+
+    def written() -> list[tuple]:
+        return sorted((r.key, epoch_ms(v["window_start"]), epoch_ms(v["window_end"]), v["total"], v["orders"])
+                      for r in read_topic(KAFKA, "order_totals") for v in [r.json()])
+
+    with Example("kafka_orders", tmp_path) as run:
+        run.wait_for(lambda: len(written()) >= len(expected))
+        code, out, err = run.finish(ctrl_c=True)
+    assert code == 0, err[-3000:]
+    assert written() == expected
+    dead = [r.json() for r in read_topic(KAFKA, "orders_dead_letters")]
+    assert [(d["source"], d["raw"]) for d in dead] == [("orders", "not json")], dead
+    assert f"kafka_orders: {len(orders) + 2} rows in" in out and "1 dead letters, stopped: signal SIGINT" in out, out
+    assert only_progress(err), err
+
+
+def test_kafka_fraud_alerts_runs_in_real_time_mode_as_its_docstring_says(tmp_path):
+    """examples/kafka_fraud_alerts.py: payments before the start and while it runs; ``headrace run``,
+    then Ctrl-C once the alerts are there: exit 0, the alerts (amount over 1000 or a blocked country,
+    with the country's risk) are those listed here, the ones produced while it ran arrived within the
+    long batch (real-time mode), not after it, and stderr holds only progress lines."""
+    from headrace.testing.kafka import read_topic
+
+    kafka_or_skip()
+    fresh_topics("payments", "fraud_alerts")
+    before = [("c1", 2500.0, "XX"), ("c2", 50.0, "US"), ("c3", 1500.0, "YY")]
+    later = [("c4", 10.0, "XX"), ("c5", 1000.0, "DE"), ("c6", 999.5, "YY"), ("c7", 1000.5, None)]
+    alerts = [("c1", 2500.0, "XX", "blocked"), ("c3", 1500.0, "YY", "watched"),  # by hand
+              ("c4", 10.0, "XX", "blocked"), ("c7", 1000.5, None, None)]
+
+    def payments(rows: list[tuple]) -> list[tuple[str, None]]:
+        return [(json.dumps({"card": c, "amount": a, "country": k}), None) for c, a, k in rows]
+
+    def written() -> list:
+        return read_topic(KAFKA, "fraud_alerts")
+
+    produce("payments", payments(before))
+    with Example("kafka_fraud_alerts", tmp_path) as run:
+        run.wait_for(lambda: len(written()) >= 2)
+        produce("payments", payments(later))
+        run.wait_for(lambda: len(written()) >= len(alerts), timeout=30)
+        code, out, err = run.finish(ctrl_c=True)
+    assert code == 0, err[-3000:]
+    records = written()  # keyed by card; a null field is left out of the JSON value
+    assert sorted((r.key, v.get("amount"), v.get("country"), v.get("risk")) for r in records
+                  for v in [r.json()] if v["card"] == r.key) == alerts
+    sent = {r.json()["card"]: r.timestamp_ms for r in read_topic(KAFKA, "payments")}
+    took = {r.key: r.timestamp_ms - sent[r.key] for r in records if r.key in {c for c, *_ in later}}
+    assert max(took.values()) < 1000, took  # ms from payment to alert: a few here, a micro-batch takes hundreds
+    assert "stopped: signal SIGINT" in out, out
+    assert only_progress(err), err
+
+
+# -- bounded Generator examples: what each printed batch shows, worked out from the input ---------
+# a Generator's event i is at FROM + i * EVERY µs (headrace/connectors/generator.py, no rate, default start)
+GENERATED_FROM_US, GENERATED_EVERY_US = 1_700_000_000_000_000, 10
+
+
+def printed_tables(stdout: str) -> list[tuple[int, list[str], list[list[str]]]]:
+    """The Console sink's tables: batch id, columns and rows, as cell texts."""
+    def cells(line: str) -> list[str]:
+        return [cell.strip() for cell in line.strip("|").split("|")]
+
+    lines, tables = stdout.splitlines(), []
+    for i, line in enumerate(lines):
+        if found := re.fullmatch(r"--- batch (\d+) ---", line):
+            rows = itertools.takewhile(lambda row: row.startswith("|"), lines[i + 4:])
+            tables.append((int(found[1]), cells(lines[i + 2]), [cells(row) for row in rows]))
+    return tables
+
+
+def check_windows_printed(stdout: str, name: str, kind: str, keys: Callable[[Any], Iterable[str]], *, key: str,
+                          value: str, limit: int, rows_per_batch: int, window_s: int, late_s: int) -> int:
+    """The output of a pipeline of one ``Generator(kind, limit=, rows_per_batch=)`` source, a tumbling
+    window per key counting what ``keys`` gives for a batch of events, and ``Console(limit=10)``: the
+    tables are batches 0, 1, ... as the summary counts; batch b shows the windows that the watermark
+    in b (the latest event time of the batches before b, less the out-of-orderness; all windows once
+    the input is read) closed first, at most 10 of them, with their counts. Returns the rows shown."""
+    from headrace.connectors.generator import generate
+
+    summary = re.search(rf"^{name}: ([\d,]+) rows in (\d+) batches, 0 dead letters, stopped: ", stdout, re.M)
+    assert summary, stdout[-3000:]
+    rows, batches = int(summary[1].replace(",", "")), int(summary[2])
+    read, size, events_per_window = -(-rows // rows_per_batch), window_s * 10**6, window_s * 10**6 // GENERATED_EVERY_US
+
+    def watermark(b: int) -> float:
+        if b >= read and rows == limit:  # the last events came with the end-of-input flush
+            return math.inf
+        latest = GENERATED_FROM_US + (min(b, read) * rows_per_batch - 1) * GENERATED_EVERY_US
+        return latest - latest % 1000 - late_s * 10**6 if b else -math.inf  # Spark keeps it in ms
+
+    last = GENERATED_FROM_US + (rows - 1) * GENERATED_EVERY_US
+    due = {start: next((b for b in range(batches) if watermark(b) >= start + size), None)
+           for start in range(GENERATED_FROM_US - GENERATED_FROM_US % size, last + 1, size)}
+    counts: Counter[tuple[str, int]] = Counter()
+    for start in (start for start, b in due.items() if b is not None):
+        first = (start - GENERATED_FROM_US) // GENERATED_EVERY_US
+        end = min(rows, first + events_per_window)
+        for offset in range(first, end, 1_000_000):
+            counts.update((k, start) for k in keys(generate(kind, offset, min(end, offset + 1_000_000))))
+
+    tables = printed_tables(stdout)
+    assert [b for b, _, _ in tables] == list(range(batches)), stdout[-3000:]
+    shown = [(b, k, *(round(datetime.datetime.fromisoformat(t).timestamp() * 10**6) for t in (start, end)), int(n))
+             for b, columns, printed in tables for k, start, end, n in printed]
+    assert all(columns == [key, "window_start", "window_end", value] for _, columns, _ in tables), stdout[-3000:]
+    for b, _, printed in tables:
+        assert len(printed) == min(10, sum(1 for k in counts if due[k[1]] == b)), (b, printed)
+    assert all(due[start] == b and end - start == size and counts[k, start] == n for b, k, start, end, n in shown)
+    assert len({(k, start) for _, k, start, _, _ in shown}) == len(shown)  # no window twice
+    return len(shown)
+
+
+def test_windowed_word_count_runs_as_its_docstring_says(tmp_path):
+    """``headrace run examples/windowed_word_count.py`` to the end of its 300,000 lines: exit 0, only
+    progress lines on stderr, and each batch shows the windows its watermark closed with the words
+    counted here from the input."""
+    with Example("windowed_word_count", tmp_path) as run:
+        code, out, err = run.finish()
+    assert code == 0 and only_progress(err), err[-3000:]
+    assert "stopped: input exhausted" in out, out[-3000:]
+
+    def words(events: Any) -> Iterator[str]:
+        return (word.lower() for line in events.column("line").to_pylist() for word in line.split())
+
+    check_windows_printed(out, "windowed_word_count", "words", words,
+                          key="word", value="n", limit=300_000, rows_per_batch=100_000, window_s=1, late_s=1)
+
+
+def test_ysb_runs_as_its_docstring_says(tmp_path):
+    """``headrace run examples/ysb.py`` to the end of its 3,000,000 events (about 30 s): exit 0, only
+    progress lines on stderr, and each batch shows the campaigns' views in the windows its watermark
+    closed, counted here from the input (ad k is in campaign k // 10: ysb_ads in headrace/connectors/generator.py)."""
+    def views(events: Any) -> Iterator[str]:
+        import pyarrow.compute as pc
+
+        ads = pc.filter(events.column("ad_id"), pc.equal(events.column("event_type"), "view")).to_pylist()
+        return (f"campaign-{int(ad[3:]) // 10:02d}" for ad in ads)
+
+    with Example("ysb", tmp_path) as run:
+        code, out, err = run.finish()
+    assert code == 0 and only_progress(err), err[-3000:]
+    # three batches of 1,000,000 events (10 s of event time each), then the one the end of input closes
+    assert "ysb: 3,000,000 rows in 4 batches, 0 dead letters, stopped: input exhausted" in out, out[-3000:]
+    shown = check_windows_printed(out, "ysb", "ysb", views, key="campaign_id", value="views", limit=3_000_000,
+                                  rows_per_batch=1_000_000, window_s=10, late_s=1)
+    assert shown == 10 + 10  # 10 of the 100 campaigns' first window, then 10 of the last two windows' 200

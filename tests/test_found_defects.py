@@ -86,3 +86,24 @@ def test_a_filter_on_running_counts_is_refused_when_built_unless_it_reads_only_t
         counts.filter(lambda r: r["count"] % 2 == 1, name="odd")
     counts.filter(hr.col("key") != "b", name="not_b").sink("out", TestSink())  # on the key: exact
     p.validate()
+
+
+def _slow_copy(record: dict) -> dict:
+    import time
+
+    time.sleep(0.002)
+    return {"line": record["line"]}
+
+
+def test_max_seconds_stops_a_bounded_input_before_its_end(spark, tmp_path: Path):
+    """``--max-seconds`` (``wait(max_seconds=)``) stopped nothing while a bounded generator lasted:
+    the run waited for the input's end before looking at the clock."""
+    p = hr.Pipeline("found_max_seconds")
+    sink = TestSink()
+    (p.source("lines", hr.sources.Generator("words", limit=10_000, rows_per_batch=250))  # half a second a batch
+     .map(_slow_copy, schema={"line": "string"}).sink("out", sink))
+    hr.testing._ship_test_modules(p)
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait(max_seconds=4)
+    assert result.stopped_by == "ran for 4 s"
+    assert 0 < result.input_rows < 10_000
+    assert len(sink.rows()) == result.input_rows  # whole batches, each once

@@ -317,7 +317,12 @@ class PipelineRun:
         requested, or ``max_seconds`` pass; then stop at a batch boundary. A stop at once
         (``halt``, a second signal) ends in KeyboardInterrupt."""
         until_exhausted = self.bounded() if until_exhausted is None else until_exhausted
-        deadline = None if max_seconds is None else time.time() + max_seconds
+        # A timer, not a check in the loop: settle() blocks until a bounded input is exhausted.
+        timer = None
+        if max_seconds is not None:
+            timer = threading.Timer(max_seconds, self.request_stop, args=(f"ran for {max_seconds} s",))
+            timer.daemon = True
+            timer.start()
         try:
             while self.query is not None and not self.stopping and self._alive():
                 if until_exhausted:
@@ -337,11 +342,11 @@ class PipelineRun:
                     break
                 if until_exhausted:
                     time.sleep(0.05)
-                if deadline is not None and time.time() > deadline:
-                    self.request_stop(f"ran for {max_seconds} s")
             if self.query is not None and self.stopping and not self._halted and self.query.isActive:
                 self.settle() if self.drains() else self._end_of_batch()
         finally:
+            if timer is not None:
+                timer.cancel()
             self._finish()
         if self._halted:
             raise KeyboardInterrupt(self.stop_reason)
