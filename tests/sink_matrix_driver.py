@@ -1,12 +1,13 @@
 """A driver process for tests/test_sink_matrix.py: JSON-lines files (a bad line in each) -> a keyed
-one-minute window count -> two sinks, with the dead letters sunk between them; until SIGTERM.
+one-minute window count -> two groups of sinks, with the dead letters sunk between them; until SIGTERM.
 
     python tests/sink_matrix_driver.py '{"name": ..., "state_dir": ..., "input": ..., "sinks": [[kind, target], ...],
-                                         "dead": ..., "pause_file": ..., "pause_at": ...}'
+                                         "before": N, "dead": ..., "pause_file": ..., "pause_at": ...}'
 
-The dead-letter sink writes its batch, then, at batch ``pause_at`` of the first run, creates
-``pause_file`` and waits: the first sink and the dead letters have committed the batch, the second
-sink has not, and Spark's commit log has not. The test kills the process group there.
+The first ``before`` sinks write first, then the dead-letter sink writes its batch and, at batch
+``pause_at`` of the first run, creates ``pause_file`` and waits: the first group and the dead
+letters have committed the batch, the second group has not, and Spark's commit log has not. The
+test kills the process group there.
 """
 
 from __future__ import annotations
@@ -58,24 +59,26 @@ class PausingFiles(FileSink):
             time.sleep(600)
 
 
-def build(name: str, input: str, sinks: list[Any], dead: Any = None) -> hr.Pipeline:
-    """The matrix's pipeline into ``sinks`` (one or two), the dead letters into ``dead`` between them."""
+def build(name: str, input: str, sinks: list[Any], dead: Any = None, before: int = 1) -> hr.Pipeline:
+    """The matrix's pipeline into ``sinks``, the dead letters into ``dead`` after the first ``before``."""
     p = hr.Pipeline(name)
     clicks = p.source("clicks", hr.sources.Files(input, format="jsonl", schema=SCHEMA, bounded=True,
                                                  max_files_per_batch=1),
                       event_time="event_time", max_out_of_orderness="1s")
     counts = clicks.key_by("user").window(hr.Tumbling("1m")).count().select("user", "window_start", "count")
-    counts.sink("first", sinks[0])
-    if dead is not None:  # between the two: the sinks write in the order they were defined
+    for index, sink in enumerate(sinks[:before]):
+        counts.sink(f"first_{index}", sink)
+    if dead is not None:  # between the two groups: the sinks write in the order they were defined
         p.dead_letters().sink("dead", dead)
-    for sink in sinks[1:]:
-        counts.sink("second", sink)
+    for index, sink in enumerate(sinks[before:]):
+        counts.sink(f"second_{index}", sink)
     return p
 
 
 def pipeline(args: dict[str, Any]) -> hr.Pipeline:
     dead = PausingFiles(args["dead"], args["pause_file"], args["pause_at"])
-    return build(args["name"], args["input"], [make_sink(kind, target) for kind, target in args["sinks"]], dead)
+    sinks = [make_sink(kind, target) for kind, target in args["sinks"]]
+    return build(args["name"], args["input"], sinks, dead, before=args["before"])
 
 
 if __name__ == "__main__":

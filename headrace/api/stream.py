@@ -293,7 +293,7 @@ class Stream:
             self._check_filter_of_updates(step, where, predicate.columns())
             return self._follow(NativeStep(step, (self.node.name,), where, self.node.schema,
                                            self.node.event_time, mode="filter", exprs=(("condition", predicate),)))
-        if callable(predicate):
+        if callable(predicate) and updating_step(self.pipeline.plan, self.node.name) is not None:  # refused
             self._check_filter_of_updates(self.pipeline._name(name, "filter"), user_location(), None)
         return self._python("filter", predicate, None, name)
 
