@@ -59,7 +59,7 @@ def _one_kill(tmp_path: Path, *options: str) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "chaos.py"), *options, "--kills", "1", "--seed", "3",
-         "--events", "8000", "--work", str(tmp_path / "chaos")],
+         "--events", "5000", "--work", str(tmp_path / "chaos")],
         capture_output=True, text=True, env=env, timeout=900)
     lines = result.stdout.strip().splitlines()
     assert lines, result.stderr[-2000:]

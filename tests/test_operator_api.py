@@ -168,8 +168,8 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(tmp_p
 
     from driver_process import KilledRun
 
-    texts = [" ".join(f"w{(i * 7 + j * 3) % 11}" for j in range(i % 4 + 3)) for i in range(40)]
-    files = [texts[k::8] for k in range(8)]  # 8 files of 5 lines: one streaming window each
+    texts = [" ".join(f"w{(i * 7 + j * 3) % 11}" for j in range(i % 4 + 3)) for i in range(30)]
+    files = [texts[k::6] for k in range(6)]  # 6 files of 5 lines: one streaming window each
     folder = tmp_path / "input"
     folder.mkdir()
     for number, lines in enumerate(files):
