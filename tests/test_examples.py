@@ -368,7 +368,11 @@ def fresh_topics(*names: str) -> None:
     for future in admin.delete_topics(list(names)).values():
         with contextlib.suppress(KafkaException):  # no such topic yet
             future.result(30)
-    todo, deadline = set(names), time.time() + 60
+    deadline = time.time() + 60
+    while set(names) & set(admin.list_topics(timeout=30).topics):  # the deletion is asynchronous
+        assert time.time() < deadline, f"topics {names} still there 60 s after their deletion"
+        time.sleep(0.2)
+    todo = set(names)
     while todo:
         for name, future in admin.create_topics([NewTopic(name, 1, 1) for name in todo]).items():
             try:
@@ -382,12 +386,27 @@ def fresh_topics(*names: str) -> None:
 
 def produce(topic: str, records: list[tuple[str | bytes, int | None]]) -> None:
     """(value, record timestamp in epoch ms, or None for the producer's clock) each."""
-    from confluent_kafka import Producer
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
-    producer = Producer({"bootstrap.servers": KAFKA})
-    for value, ms in records:
-        producer.produce(topic, value=value, **({"timestamp": ms} if ms is not None else {}))
-    assert producer.flush(30) == 0
+    def end() -> int:  # the topic's one partition's end offset
+        consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": "headrace-test-ends"})
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
+        finally:
+            consumer.close()
+
+    producer, failed = Producer({"bootstrap.servers": KAFKA}), []
+    for _attempt in range(3):  # a topic just made again may take the first writes for the one deleted
+        before = end()
+        failed.clear()
+        for value, ms in records:
+            producer.produce(topic, value=value, on_delivery=lambda error, _msg: error and failed.append(error),
+                             **({"timestamp": ms} if ms is not None else {}))
+        assert producer.flush(30) == 0 and not failed, failed  # each record acknowledged by the broker
+        if end() - before == len(records):
+            return
+        time.sleep(1)
+    pytest.fail(f"the records written to {topic} do not show in it")
 
 
 def epoch_ms(text: str) -> int:
