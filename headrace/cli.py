@@ -10,6 +10,7 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 from types import ModuleType
@@ -248,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         shown.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
         sub.add_argument("--verbose", action="store_true",
                          help="on a failure, print Spark's own trace before headrace's one-line error (Spark's log "
-                              "is in <state dir>/spark.log, or $HEADRACE_SPARK_LOG)")
+                              "is in <state dir>/spark.log, or $HEADRACE_SPARK_LOG), and print headrace's log "
+                              "(the Kafka clients' retries, sink failovers) as it happens")
 
     run = commands.add_parser("run", help="run a pipeline until its input ends or Ctrl-C",
                               description="Run FILE's pipeline; Ctrl-C or SIGTERM stops it at a batch boundary (a "
@@ -318,8 +320,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def show_logs_on_stderr() -> None:
+    """``--verbose``: headrace's loggers (the Kafka clients' log, sink failovers) on stderr from INFO."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("headrace: %(name)s: %(message)s"))
+    logger = logging.getLogger("headrace")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "verbose", False):
+        show_logs_on_stderr()
     try:
         with stop_on_signals(args.command in RUNS_PIPELINES):
             return int(args.handler(args))

@@ -57,7 +57,7 @@ saved_port() { cat "$dir/port" 2>/dev/null || true; }
 running_pid() {  # pid of the cluster's JVM if it runs (its command line names $data), else fails
   local pid
   pid=$(cat "$dir/hdfs.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "hdfs.minidfs.basedir=$data " \
+  [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -qF "hdfs.minidfs.basedir=$data " \
     && echo "$pid"
 }
 listening() { (exec 3<>"/dev/tcp/$host/$1") 2>/dev/null; }

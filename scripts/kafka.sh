@@ -52,7 +52,7 @@ layout=$dir/cluster.env  # BROKERS PORT VERSION CLUSTER_ID of the cluster whose 
 node_pid() {  # pid of node $1 if it runs (its command line names its server.properties), else fails
   local pid
   pid=$(cat "$dir/node-$1/kafka.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/node-$1/server.properties" \
+  [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -qF "$dir/node-$1/server.properties" \
     && echo "$pid"
 }
 listening() { (exec 3<>"/dev/tcp/$host/$1") 2>/dev/null; }

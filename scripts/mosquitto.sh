@@ -34,7 +34,7 @@ listening() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
 our_pid() {  # pid of the broker this script started in $dir, if it runs
   local pid
   pid=$(cat "$dir/mosquitto.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q mosquitto && echo "$pid"
+  [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -q mosquitto && echo "$pid"
 }
 binary() { command -v mosquitto 2>/dev/null || { [ -x /usr/sbin/mosquitto ] && echo /usr/sbin/mosquitto; }; }
 

@@ -46,7 +46,7 @@ ctl() { node_env; "$bin/rabbitmqctl" -n "$node" "$@"; }
 our_pid() {  # pid of the node this script started, if it runs
   local pid
   pid=$(cat "$dir/rabbitmq.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-home $dir " && echo "$pid"
+  [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -q -- "-home $dir " && echo "$pid"
 }
 
 install() {

@@ -32,7 +32,7 @@ listening() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
 our_pid() {  # pid of the server this script started in $dir, if it runs
   local pid
   pid=$(cat "$dir/redis.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q redis-server && echo "$pid"
+  [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -q redis-server && echo "$pid"
 }
 
 install() {

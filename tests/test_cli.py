@@ -279,3 +279,18 @@ def test_the_demo_pipelines_steps_are_named_by_their_own_lines(capsys):
         assert file == "demo.py", out
         call = " ".join(source[int(line) - 1:int(line) + 1])  # the call named on its line, or spread to the next
         assert step.removesuffix("_event_time") in call, (step, line)
+
+
+def test_the_kafka_clients_log_shows_only_with_verbose():
+    """librdkafka's warnings (a coordinator still loading, a refused connection: retried by the sink)
+    stay off a first run's stderr; ``--verbose`` prints them. A subprocess, as pytest's own log
+    handlers would hide Python's last-resort handler."""
+    script = ("import sys\nfrom headrace.cli import show_logs_on_stderr\n"
+              "from headrace.connectors.kafka_sink import CLIENT_LOG\n"
+              "if sys.argv[1:] == ['--verbose']:\n    show_logs_on_stderr()\n"
+              "CLIENT_LOG.warning('GETPID [rdkafka#producer-2]: Failed to acquire transactional PID: retrying')\n")
+    quiet = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    verbose = subprocess.run([sys.executable, "-c", script, "--verbose"], capture_output=True, text=True, check=True)
+    assert quiet.stderr == ""
+    assert verbose.stderr == ("headrace: headrace.kafka: GETPID [rdkafka#producer-2]: Failed to acquire "
+                              "transactional PID: retrying\n")

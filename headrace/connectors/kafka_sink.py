@@ -95,10 +95,12 @@ class _OncePerMinute(logging.Filter):
         return True
 
 
-# librdkafka's own log (connection failures, retries): summarised to the "headrace.kafka" logger
-# instead of written to stderr line by line.
+# librdkafka's own log (connection failures, retries the sink makes anyway): summarised to the
+# "headrace.kafka" logger, shown by `--verbose` or the application's logging set-up, never by
+# Python's last-resort handler on stderr (a failure that lasts is reported by the sink itself).
 CLIENT_LOG = logging.getLogger("headrace.kafka")
 CLIENT_LOG.addFilter(_OncePerMinute())
+CLIENT_LOG.addHandler(logging.NullHandler())
 
 
 def _confluent() -> Any:
