@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from model import interpreter
 from model.build import build, write_input
 from model.generate import killable_specs, specs
-from model.spec import Rolling, Sliding, Spec, SqlWindow, Window
+from model.spec import Rolling, Spec
 
 import headrace.testing
 from headrace.connectors.files_sink import read_rows
@@ -71,18 +71,6 @@ def known_defect(spec: Spec) -> str | None:
     is open, or of a pipeline headrace refuses when it is built."""
     if isinstance(spec.stateful, Rolling) and "files" in spec.sinks:
         return "test_running_counts_into_a_file_sink_are_refused_when_built"
-    window = spec.stateful if isinstance(spec.stateful, Window) else None
-    on_processor = window is not None and (isinstance(window.shape, Sliding) or window.panes)
-    if on_processor and any(row.get("total", 0) is None for row in interpreter.run(spec).sinks.get("out_0", [])):
-        return "test_a_sum_of_nulls_is_null_however_the_window_runs"
-    if interpreter.run(spec) != interpreter.run(spec, watermark_after_native_steps=True):
-        return "test_the_watermark_sees_records_a_native_filter_drops"
-    if interpreter.run(spec) != interpreter.run(spec, chained_late_lag=True):
-        # Spark judges a native window's late records against an older watermark when the next
-        # micro-batch follows at once; the chain's first window no longer does (test_found_defects.py)
-        if isinstance(spec.stateful, SqlWindow):
-            return "test_an_sql_window_drops_a_late_record"
-        return "test_the_watermark_sees_records_a_native_filter_drops"
     return None
 
 

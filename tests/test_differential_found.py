@@ -66,16 +66,10 @@ def _counts_after(step: str, tmp_path: Path) -> tuple[list[tuple[float, int]], i
     return sorted((r["window_start"].timestamp(), r["count"]) for r in sink.rows()), result.late_rows_dropped
 
 
-@pytest.mark.xfail(strict=True, reason="the watermark does not see records a native filter drops (Spark pushes the "
-                                       "filter below withWatermark), so a record late by the documented watermark "
-                                       "is counted")
 def test_the_watermark_sees_records_a_native_filter_drops(spark, tmp_path: Path):
     assert _counts_after("filter", tmp_path) == ([(0.0, 1)], 1)
 
 
-@pytest.mark.xfail(strict=True, reason="the watermark does not see records an inner join with a table drops, so a "
-                                       "record late by the documented watermark is counted (with a Files source; "
-                                       "with a TestSource the join passes)")
 def test_the_watermark_sees_records_an_inner_join_drops(spark, tmp_path: Path):
     assert _counts_after("join", tmp_path) == ([(0.0, 1)], 1)
 
@@ -109,9 +103,6 @@ def test_a_sum_of_nulls_is_null_however_the_window_runs(spark, tmp_path: Path):
     assert [r["total"] for r in sliding.rows()] == [None, None]
 
 
-@pytest.mark.xfail(strict=True, reason="an SQL window takes a record late for the watermark (docs/sql.md: dropped) "
-                                       "when the next file is read at once: it judges the watermark of the batch "
-                                       "before the previous one")
 def test_an_sql_window_drops_a_late_record(spark, tmp_path: Path):
     import json
 
@@ -128,3 +119,58 @@ def test_an_sql_window_drops_a_late_record(spark, tmp_path: Path):
     # W = 2.5 s after the first file: the record at 0.6 s is late for [0 s, 1 s) and dropped
     assert sorted((r["key"], r["window_start"].timestamp(), r["n"]) for r in sink.rows()) == [
         ("a", 0.0, 1), ("b", 2.0, 1)]
+
+
+def test_two_windows_side_by_side_each_drop_the_record_late_for_the_batchs_watermark(spark, tmp_path: Path):
+    """Two windows on the same events in one query (a tumbling and a session window): each judges the
+    record at 0.2 s against the watermark its micro-batch starts with (9 s), drops it, and counts it."""
+    import json
+
+    batches = [[{"key": "c", "ts": 9_000}, {"key": "a", "ts": 100}], [{"key": "a", "ts": 200}]]
+    (tmp_path / "in").mkdir()
+    for number, batch in enumerate(batches):  # a file a micro-batch
+        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
+    p = hr.Pipeline("found_side_by_side")
+    events = p.source("events", hr.sources.Files(str(tmp_path / "in"), "jsonl", {"key": "string", "ts": "long"},
+                                                 bounded=True, max_files_per_batch=1), event_time="ts")
+    tumbling, sessions = TestSink(), TestSink()
+    events.key_by("key").window(hr.Tumbling(1_000)).count().sink("tumbling", tumbling)
+    events.key_by("key").window(hr.Session(500)).count().sink("sessions", sessions)
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+    assert sorted((r["key"], r["window_start"].timestamp(), r["count"]) for r in tumbling.rows()) == [
+        ("a", 0.0, 1), ("c", 9.0, 1)]
+    assert sorted((r["key"], r["window_start"].timestamp(), r["count"]) for r in sessions.rows()) == [
+        ("a", 0.1, 1), ("c", 9.0, 1)]
+    assert result.late_rows_dropped == 2
+
+
+class _TimerAtEachRecord(hr.KeyedProcessFunction):
+    seen = hr.ValueState(default=0)
+
+    def process(self, record, ctx):
+        self.seen.set(self.seen.get() + 1)
+        ctx.register_event_time_timer(ctx.timestamp)
+
+    def on_timer(self, timer, ctx):
+        ctx.emit({"key": ctx.key, "at": timer.time, "seen": self.seen.get()})
+
+
+def test_event_time_timers_fire_after_a_timer_at_time_zero(spark, tmp_path: Path):
+    """A timer at 0 ms (the epoch) expires in Spark's first micro-batch, whose watermark is 0, before
+    headrace has a watermark; the key's later timers must still fire. Timers fire once the watermark
+    (largest event time - 2 s) reaches them: 0 ms in the second micro-batch (watermark 6.612 s) after
+    two records, 7.815 s and 8.612 s at the end of the input after three."""
+    import json
+
+    batches = [[{"key": "b", "ts": 0}, {"key": "b", "ts": 8_612}], [{"key": "b", "ts": 7_815}]]
+    (tmp_path / "in").mkdir()
+    for number, batch in enumerate(batches):  # a file a micro-batch
+        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
+    p = hr.Pipeline("found_timer_at_zero")
+    events = p.source("events", hr.sources.Files(str(tmp_path / "in"), "jsonl", {"key": "string", "ts": "long"},
+                                                 bounded=True, max_files_per_batch=1), event_time="ts",
+                      max_out_of_orderness="2s")
+    events.key_by("key").process(_TimerAtEachRecord(), schema={"key": "string", "at": "long", "seen": "long"}
+                                 ).sink("out", TestSink())
+    rows = run_to_completion(p, state_dir=str(tmp_path / "state"))["out"]
+    assert sorted((r["at"], r["seen"]) for r in rows) == [(0, 2), (7_815, 3), (8_612, 3)]

@@ -95,12 +95,12 @@ class KeyedProcessDriver(StatefulProcessor):
             yield out
 
     def _run(self, state: ProcessState, records: list[Any], timer_values: Any, batch_time: int) -> pd.DataFrame | None:
-        watermark, ended = (to_watermark(timer_values.getCurrentWatermarkInMs(), FLUSH_TIME_MS)
-                            if self.event_time else (None, False))
+        raw_watermark = timer_values.getCurrentWatermarkInMs()
+        watermark, ended = to_watermark(raw_watermark, FLUSH_TIME_MS) if self.event_time else (None, False)
         rows = self.logic.run(state, records, watermark, self._clock(state, timer_values, batch_time), ended)
         upcoming = self.logic.next_timer(state, EVENT_TIME) if self.event_time else None
         forget = not state.cells and not state.timers and not self.test_clock
-        self.cell.save(None if forget else state, upcoming)
+        self.cell.save(None if forget else state, upcoming, raw_watermark)
         return output_frame(rows, self.fields, self.timestamps) if rows else None
 
     def close(self) -> None:

@@ -70,16 +70,25 @@ def check_stage(plan: Plan, node: Node) -> None:
                 raise step_error(node.name, node.defined_at, f"{what}and this step {reason}; {ELSEWHERE}")
 
 
-def chained(plan: Plan) -> bool:
-    """Whether some stateful step reads the results of another."""
-    return any(spec_of(node).stateful and any(earlier_stateful(plan, name) for name in node.inputs)
-               for node in plan.nodes.values())
+def stateful_steps(plan: Plan) -> int:
+    """How many stateful steps the query runs."""
+    return sum(1 for node in plan.nodes.values() if spec_of(node).stateful)
 
 
-# Spark's exchange reuse merges the identical shuffles of a stateful step that the query plans
-# twice (its results go to a sink and to a later stateful step: the branches are packed into
-# one stream, see writer.py); with several stateful operators the second copy then lost its
-# rows (measured on Spark 4.2: the later window saw nothing). Chained pipelines run without it.
+# Spark 4 lets a query hold several stateful operators, and then judges each batch's late rows
+# against the watermark of the batch before (so the results an operator emits reach the next):
+# a row of a window that ended at or before the current watermark is still counted when the
+# batch after the one that raised the watermark carries data. With that setting off, Spark
+# judges them against the batch's own watermark, as docs/semantics.md says. A query with one
+# stateful step runs with it off; a chain needs it on (its later steps read results that were
+# on time for the batch before, which is what they must see).
+ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
+
+# Spark's exchange reuse merges identical shuffles: those of a stateful step that the query plans
+# twice (its results go to a sink and to a later stateful step: the branches are packed into one
+# stream, see writer.py), or of two stateful steps keyed alike on the same input. With several
+# stateful operators, one of them then lost its rows (measured on Spark 4.2: a later window, or
+# the second of two windows side by side, emitted nothing). Such queries run without it.
 EXCHANGE_REUSE = "spark.sql.exchange.reuse"
 
 

@@ -229,12 +229,17 @@ class KeyCell:
             self.timer = None
         return load_state(stored[0])
 
-    def save(self, state: Any, upcoming: float | None) -> None:
+    def save(self, state: Any, upcoming: float | None, watermark: int) -> None:
         """Store ``state`` (None: forget the key) and make sure a Spark timer wakes the key at
-        ``upcoming`` (a watermark, ms)."""
-        if upcoming is not None and (self.timer is None or upcoming < self.timer):
-            self.timer = int(max(upcoming, 0))
-            self.handle.registerTimer(self.timer)
+        ``upcoming`` (a watermark, ms). ``watermark`` is Spark's current one: a stored timer at
+        or behind it has fired or fires at the end of this batch, so it wakes the key no more;
+        and a timer is registered after it, since one at or behind it (Spark starts at 0, where
+        headrace sees no watermark yet) would be dropped as it expires in this batch."""
+        if upcoming is not None:
+            due = int(max(upcoming, watermark + 1, 0))
+            if self.timer is None or self.timer <= watermark or due < self.timer:
+                self.timer = due
+                self.handle.registerTimer(due)
         if state is None:
             self.value.clear()
             return

@@ -130,7 +130,7 @@ class WindowProcessor(StatefulProcessor):
             raise
         except Exception as exc:
             raise StepFunctionError(f"step '{self.step}' failed: {type(exc).__name__}: {exc}") from exc
-        self._save(state)
+        self._save(state, self.raw_watermark)
         if fired or dropped:
             yield self._output(fired, dropped)
 
@@ -151,13 +151,14 @@ class WindowProcessor(StatefulProcessor):
         if state is None:
             return
         fired: list[Fired] = []
-        self.logic.on_watermark(state, _watermark(timerValues.getCurrentWatermarkInMs()), fired)
+        raw_watermark = timerValues.getCurrentWatermarkInMs()
+        self.logic.on_watermark(state, _watermark(raw_watermark), fired)
         self._wall_clock(state, timerValues, fired)
-        self._save(state)
+        self._save(state, raw_watermark)
         if fired:
             yield self._output(fired, [])
 
-    def _save(self, state: WindowState) -> None:
+    def _save(self, state: WindowState, raw_watermark: int) -> None:
         upcoming = None
         if self.event_time is not None:  # without event time (count windows, count triggers) no timer
             upcoming = self.logic.next_event_time(state)
@@ -165,7 +166,7 @@ class WindowProcessor(StatefulProcessor):
                 upcoming = FLUSH_TIME_MS  # a global window: it fires at the end of a bounded input
         # Under the test clock a key keeps the clock it has seen, so its state is kept.
         forget = state.is_empty() and not self.test_clock
-        self.cell.save(None if forget else state, upcoming)
+        self.cell.save(None if forget else state, upcoming, raw_watermark)
 
     def _output(self, fired: list[Fired], dropped: list[Dropped]) -> pd.DataFrame:
         rows: list[dict[str, Any]] = []
@@ -263,7 +264,7 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
 
 def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
     """Why a window step cannot use Spark's native window operator (empty: it can)."""
-    from headrace.spark.stages import result_time_needed  # stages -> specs -> this module
+    from headrace.spark.stages import result_time_needed, stateful_steps  # stages -> specs -> this module
 
     reasons = []
     shape = node.window.to_json()
@@ -285,10 +286,14 @@ def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
         reasons.append(f"a {node.function.replace('_', ' ')}")
     if any(c.kind == "late_records" for c in plan.consumers(node.name)):
         reasons.append("a late side output")
-    if plan.nodes[node.inputs[0]].event_time != RESULT_TIME and result_time_needed(plan, node):
-        # Spark's first operator of a chain drops only what was late for the watermark of the
-        # micro-batch before: the processor judges against the micro-batch's own, as documented
-        reasons.append("the first window of a chain (a record late for this micro-batch's watermark is dropped)")
+    if plan.nodes[node.inputs[0]].event_time != RESULT_TIME and stateful_steps(plan) > 1:
+        # in a query with several stateful operators, Spark's drop only what was late for the
+        # watermark of the micro-batch before (stages.ALLOW_MULTIPLE): the processor judges
+        # against the micro-batch's own, as documented
+        reasons.append("the first window of a chain (a record late for this micro-batch's watermark is dropped)"
+                       if result_time_needed(plan, node) else
+                       "another stateful step in the pipeline (a record late for this micro-batch's watermark is "
+                       "dropped)")
     return reasons
 
 

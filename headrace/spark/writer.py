@@ -64,7 +64,8 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     if native:
         stream = sinks[0].connector.native_frame(stream)
     # the query runs on a copy of the session's settings taken when it starts
-    stream.sparkSession.conf.set(stages.EXCHANGE_REUSE, "false" if stages.chained(plan) else "true")
+    stream.sparkSession.conf.set(stages.EXCHANGE_REUSE, "false" if stages.stateful_steps(plan) > 1 else "true")
+    stream.sparkSession.conf.set(stages.ALLOW_MULTIPLE, "true" if stages.stateful_steps(plan) > 1 else "false")
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
               .outputMode(compiled.output_mode))
     if plan.trigger == REAL_TIME:

@@ -70,22 +70,14 @@ class Outcome:
     late_dropped: int = 0
 
 
-def run(spec: Spec, watermark_after_native_steps: bool = False, chained_late_lag: bool = False) -> Outcome:
-    """Every sink's rows, the dead-letter count and the late-drop count of ``spec``'s pipeline.
-
-    ``watermark_after_native_steps`` is not the documented semantics: the watermark sees only the
-    records that pass the native steps before the first Python step (what headrace does now, a
-    known defect: tests/test_differential_found.py); the test uses it to tell which specs meet it.
-    ``chained_late_lag``, not documented either: in a chain of windows (or an SQL window), the first
-    judges lateness against the watermark of the micro-batch before the previous one (another)."""
+def run(spec: Spec) -> Outcome:
+    """Every sink's rows, the dead-letter count and the late-drop count of ``spec``'s pipeline."""
     outcome = Outcome(sinks={name: [] for name in spec.sink_kinds()})
     stateful = _stateful(spec)
     inputs = {SOURCE: spec.batches, **({SECOND_SOURCE: spec.union.batches} if spec.union else {})}
     delays = {SOURCE: spec.delay, **({SECOND_SOURCE: spec.union.delay} if spec.union else {})}
     max_seen = {name: -math.inf for name in inputs}
-    watermark = older = -math.inf
-    lagging = chained_late_lag and (isinstance(spec.stateful, SqlWindow) or (
-        isinstance(spec.stateful, Window) and spec.stateful.then is not None))
+    watermark = -math.inf
     for number in range(max(len(batches) for batches in inputs.values())):
         into_stateful: list[Row] = []
         for name, batches in inputs.items():  # each source reads its next file, if it has one
@@ -95,9 +87,7 @@ def run(spec: Spec, watermark_after_native_steps: bool = False, chained_late_lag
             outcome.dead_letters += len(dead)
             if "dead" in outcome.sinks:
                 outcome.sinks["dead"].extend(dead)
-            seen = [e for e in events if _passes_native_prefix(spec, e.as_dict())] if (
-                watermark_after_native_steps and name == SOURCE) else events
-            max_seen[name] = max([max_seen[name], *(event.ts for event in seen)])
+            max_seen[name] = max([max_seen[name], *(event.ts for event in events)])
             if number == len(batches) - 1:
                 max_seen[name] = END_OF_INPUT  # the source's flush row comes with its last file
             if name != SOURCE:  # the united source joins the stream after its steps
@@ -108,9 +98,9 @@ def run(spec: Spec, watermark_after_native_steps: bool = False, chained_late_lag
             if "tap" in outcome.sinks:
                 outcome.sinks["tap"].extend(kept)
             into_stateful = kept + into_stateful
-        results = stateful.add(into_stateful, older if lagging else watermark) if stateful else into_stateful
+        results = stateful.add(into_stateful, watermark) if stateful else into_stateful
         # every source's watermark, the smallest of them; one that has sent nothing holds it back
-        older, watermark = watermark, max(watermark, min(seen - delays[name] for name, seen in max_seen.items()))
+        watermark = max(watermark, min(seen - delays[name] for name, seen in max_seen.items()))
         if stateful:
             results = results + stateful.fire(watermark)
         for name in outcome.sinks:
@@ -128,12 +118,6 @@ def _parse(source: str, number: int, batch: tuple[Event | BadLine, ...]) -> tupl
         else:
             events.append(item)
     return events, dead
-
-
-def _passes_native_prefix(spec: Spec, row: Row) -> bool:
-    python = [n for n, step in enumerate(spec.steps) if isinstance(step, (PythonFilter, PythonMap))]
-    prefix = spec.steps[:python[0]] if python else spec.steps
-    return _stateless(spec, row, prefix) is not None
 
 
 def _stateless(spec: Spec, row: Row, steps: tuple[Any, ...] | None = None) -> Row | None:
