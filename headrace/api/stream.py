@@ -286,16 +286,15 @@ class Stream:
 
     def filter(self, predicate: Callable[[Any], bool] | Expr, *, name: str | None = None) -> Stream:
         """Keep the records for which ``predicate`` (a Python function or a column expression) is true."""
+        step, where = self.pipeline._name(name, "filter"), user_location()
         if isinstance(predicate, Expr):
-            step = self.pipeline._name(name, "filter")
-            where = user_location()
             self._check_columns(step, where, predicate.columns())
             self._check_filter_of_updates(step, where, predicate.columns())
             return self._follow(NativeStep(step, (self.node.name,), where, self.node.schema,
                                            self.node.event_time, mode="filter", exprs=(("condition", predicate),)))
-        if callable(predicate) and updating_step(self.pipeline.plan, self.node.name) is not None:  # refused
-            self._check_filter_of_updates(self.pipeline._name(name, "filter"), user_location(), None)
-        return self._python("filter", predicate, None, name)
+        if callable(predicate):
+            self._check_filter_of_updates(step, where, None)
+        return self._python("filter", predicate, None, step)
 
     def _check_filter_of_updates(self, step: str, where: str, columns: Iterable[str] | None) -> None:
         """A filter below a step that emits updates may only look at that step's keys (``columns``;
