@@ -82,8 +82,12 @@ class WindowLogic:
     """The operator for one window step: shape, emission policy and window function."""
 
     def __init__(self, shape: WindowShape, emission: Emission, function: WindowFunction,
-                 updates: bool = False) -> None:
+                 updates: bool = False, merge_sessions_first: bool = True) -> None:
         self.shape, self.emission, self.function = shape, emission, function
+        # A late record's session: Flink's rule merges it with the key's sessions first and
+        # checks the merged one (a record that bridges into an open session is kept); Spark's
+        # rule checks the record's own [t, t + gap) before merging (docs/semantics.md).
+        self.merge_sessions_first = merge_sessions_first
         # emit="updates": each micro-batch emits the windows it changed ("update" panes), as
         # Spark's update mode does, and nothing when the watermark passes a window's end.
         self.updates = updates
@@ -234,6 +238,8 @@ class WindowLogic:
         touch it; None when the result has already expired (the record is dropped)."""
         assert isinstance(self.shape, Session)
         start, end = float(t), float(t + self.shape.gap_ms)
+        if not self.merge_sessions_first and self._expired((start, end), watermark):
+            return None
         members: list[tuple[float, float]] = []
         changed = True
         while changed:

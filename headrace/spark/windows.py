@@ -208,14 +208,18 @@ def _result_fields(node: Any, types: dict[str, str]) -> list[tuple[str, str]]:
     return list(node.result_schema)  # canonical type names are Spark DDL types too
 
 
-def _logic(node: Any, value_fields: list[str]) -> WindowLogic:
+def _logic(node: Any, late_output: bool) -> WindowLogic:
     function: Any = {
         "aggregates": lambda: BuiltinAggregates(node.aggs),
         "reduce": lambda: ReduceWindow(node.fn, [n for n, _ in node.result_schema]),
         "aggregate_function": lambda: UserAggregate(node.fn),
         "process": lambda: ProcessWindow(node.fn),
     }[node.function]()
-    return WindowLogic(node.window, node.emission, function, updates=node.emit == "updates")
+    # A window with Spark's semantics (default emission, no late side output) judges a late
+    # record's session as Spark's operator does, whichever runs it; the others as Flink does.
+    spark_rule = node.emission.is_default() and not late_output
+    return WindowLogic(node.window, node.emission, function, updates=node.emit == "updates",
+                       merge_sessions_first=not spark_rule)
 
 
 def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed: bool) -> DataFrame:
@@ -253,7 +257,7 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
         columns.append(f"{RESULT_TIME} timestamp")
     integers = integer_fields(prepared, value_fields)
     prepared = exact_integers(prepared, integers)
-    processor = WindowProcessor(node.name, _logic(node, value_fields), keys, value_fields, integers,
+    processor = WindowProcessor(node.name, _logic(node, late), keys, value_fields, integers,
                                 [n for n, _ in results], event_time, prepared.columns, uses_test_clock(plan),
                                 late_columns, timed, chained=event_time == RESULT_TIME)
     return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
