@@ -155,3 +155,17 @@ def declared_at(where: str) -> Iterator[None]:
         yield
     finally:
         _DECLARED_AT.reset(token)
+
+
+def ship_class_by_value(cls: type) -> None:
+    """A class defined in a script or a test module (not importable on Spark's workers) travels
+    by value, with its instances and state; the files of its methods are recorded first, for
+    its errors to name them there (operators and spouts)."""
+    import cloudpickle  # only when a pipeline runs
+
+    remember_definitions(cls)
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", "") or ""
+    if module is not None and module.__name__ != "__main__" and "site-packages" not in path \
+            and not module.__name__.startswith("headrace"):
+        cloudpickle.register_pickle_by_value(module)

@@ -39,6 +39,7 @@ import cloudpickle
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from headrace.code_locations import ship_class_by_value
 from headrace.connectors.base import (
     CONTROL_COLUMN,
     FLUSH_TIME_MS,
@@ -221,9 +222,7 @@ class SpoutSource(SourceConnector):
 
     def prepare(self, context: SourceContext) -> None:
         """Before Spark starts: the spout as the user built it, for the reader to start from."""
-        from headrace.spark.operator_stage import _by_value
-
-        _by_value(type(self.spout))
+        ship_class_by_value(type(self.spout))
         _write_atomically(os.path.join(spout_folder(context.run_dir, context.source_name), TEMPLATE),
                           cloudpickle.dumps(self.spout))
 

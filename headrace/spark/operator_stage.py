@@ -25,7 +25,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from headrace.code_locations import remember_definitions
+from headrace.code_locations import ship_class_by_value
 from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.errors import StepFunctionError, raised_inside
 from headrace.groupings import Global
@@ -102,7 +102,7 @@ def lower_operator(node: OperatorNode, lowering: Lowering) -> DataFrame:
     processing_time = batch_times(checkpoint, window, uses_test_clock(lowering.plan))
     specs = []
     for member, store in zip(members, stores, strict=True):
-        _by_value(type(member.operator))
+        ship_class_by_value(type(member.operator))
         specs.append(WindowSpec(member.name, cloudpickle.dumps(member.operator), member.partitions,
                                 {e.id: e.target_port for e in member.edges}, routes_of(lowering.plan, member),
                                 member.application_window, window, processing_time,
@@ -146,20 +146,6 @@ def lower_operator(node: OperatorNode, lowering: Lowering) -> DataFrame:
 
         record_failures(lowering.run_dir, window, failed)
     return output.filter(F.col(EDGE) >= 0)
-
-
-def _by_value(operator_class: type) -> None:
-    """An operator class defined in a script or a test module (not importable on Spark's
-    workers) travels by value, with its instances and state; the files of its methods are
-    recorded first, for its errors to name them there."""
-    import sys
-
-    remember_definitions(operator_class)
-    module = sys.modules.get(operator_class.__module__)
-    path = getattr(module, "__file__", "") or ""
-    if module is not None and module.__name__ != "__main__" and "site-packages" not in path \
-            and not module.__name__.startswith("headrace"):
-        cloudpickle.register_pickle_by_value(module)
 
 
 def _routed(df: DataFrame, edge: Edge, instances: int) -> DataFrame:
