@@ -19,8 +19,8 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from headrace import config
 from headrace.runtime import storage
+from headrace.runtime.state_paths import run_files_dir
 
 PLAN_FILE = "plan.json"
 
@@ -29,13 +29,6 @@ def pipeline_root(state_dir: str, pipeline: str) -> str:
     """The directory holding a pipeline's checkpoint and stored plan (and, for a local state
     dir, its run files)."""
     return storage.join(state_dir, pipeline)
-
-
-def run_files_dir() -> str:
-    """The local folder of the run files of pipelines whose state dir is remote."""
-    setting = config.RUN_FILES_DIR.get().strip()
-    folder = setting or os.path.join(config.CACHE_DIR.get(), "run")
-    return os.path.abspath(os.path.expanduser(folder))
 
 
 def run_dir(root: str, pipeline: str, query: str) -> str:

@@ -16,9 +16,9 @@ from typing import Any
 
 from headrace import config
 from headrace.errors import SetupError
-from headrace.runtime import jars, storage
-from headrace.runtime.checkpoints import run_files_dir
+from headrace.runtime import jars
 from headrace.runtime.jars import Package
+from headrace.runtime.state_paths import is_remote, local_path, run_files_dir
 
 JAVA_HELP = ("Java 17 or newer is needed to run Spark and was not found; install it "
              "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) "
@@ -221,7 +221,7 @@ def spark_log_file(state_dir: str | None = None) -> str | None:
     if setting.lower() == "stderr":
         return None
     state_dir = state_dir or config.STATE_DIR.get()
-    folder = run_files_dir() if storage.is_remote(state_dir) else storage.local_path(state_dir)
+    folder = run_files_dir() if is_remote(state_dir) else local_path(state_dir)
     path = setting or os.path.join(folder, "spark.log")
     return os.path.abspath(os.path.expanduser(path))
 
