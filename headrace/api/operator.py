@@ -25,17 +25,14 @@ window. The nodes are the plan's (``OperatorNode``, ``PortNode``); nothing here 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headrace.code_locations import user_location
 from headrace.errors import PlanError, step_error
 from headrace.groupings import Global, Grouping, LocalOrShuffle, grouping_of
 from headrace.operator import Operator, input_ports, output_ports
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import Edge, OperatorNode, PortNode
-
-if TYPE_CHECKING:
-    from headrace.api.stream import Pipeline, Stream
+from headrace.plan.nodes import Edge, Node, OperatorNode, PortNode
 
 
 @dataclass(frozen=True)
@@ -51,10 +48,8 @@ class OutputPortRef:
     operator: str
     port: str
 
-    def stream(self, name: str | None = None) -> Stream:
+    def stream(self, name: str | None = None) -> Any:
         """The records emitted on this port as a fluent stream (the port needs a schema)."""
-        from headrace.api.stream import Stream
-
         where = user_location()
         plan: Plan = self.pipeline.plan
         source = _through_unifier(self, where)
@@ -67,13 +62,13 @@ class OutputPortRef:
                                           "declare one to use it in steps and sinks, e.g. "
                                           "hr.OutputPort('word string, count long')")
         port = PortNode(step, (source.operator,), where, schema, port=source.port, edge=_next_edge(plan))
-        return Stream(self.pipeline, plan.add(port))
+        return self.pipeline.stream_of(plan.add(port))
 
 
 class OperatorHandle:
     """What ``add_operator`` returns: the operator's ports as attributes."""
 
-    def __init__(self, pipeline: Pipeline, name: str, operator: Any) -> None:
+    def __init__(self, pipeline: Any, name: str, operator: Any) -> None:
         self._pipeline, self.name = pipeline, name
         self._inputs, self._outputs = input_ports(type(operator)), output_ports(type(operator))
 
@@ -91,7 +86,7 @@ class OperatorHandle:
         return f"OperatorHandle({self.name!r})"
 
 
-def add_operator(pipeline: Pipeline, name: str, operator: Any, *, partitions: int = 1,
+def add_operator(pipeline: Any, name: str, operator: Any, *, partitions: int = 1,
                  application_window: int = 1, api: str = "apex") -> OperatorHandle:
     where = user_location()
     if isinstance(operator, type):
@@ -114,12 +109,12 @@ def add_operator(pipeline: Pipeline, name: str, operator: Any, *, partitions: in
     return OperatorHandle(pipeline, name, operator)
 
 
-def add_stream(pipeline: Pipeline, name: str, source: Any, *sinks: Any, grouping: Any = None,
+def add_stream(pipeline: Any, name: str, source: Any, *sinks: Any, grouping: Any = None,
                locality: str | None = None, many_per_port: bool = False) -> None:
     """Connect ``source`` (an output port, or a fluent stream) to the input ports ``sinks``.
     ``locality="thread_local"``: each receiving operator runs in the Python stage of the sending
-    one, instance i beside instance i (same partitions; the stream must be its only input)."""
-    from headrace.api.stream import Stream
+    one, instance i beside instance i (same partitions; the stream must be its only input).
+    A fluent stream comes as its plan node (``Pipeline.add_stream`` passes ``stream.node``)."""
 
     where = user_location()
     plan: Plan = pipeline.plan
@@ -138,8 +133,8 @@ def add_stream(pipeline: Pipeline, name: str, source: Any, *sinks: Any, grouping
     if isinstance(source, OutputPortRef):
         source = _through_unifier(source, where)
         origin, port = source.operator, source.port
-    elif isinstance(source, Stream):
-        origin, port = source.node.name, None
+    elif isinstance(source, Node):
+        origin, port = source.name, None
     else:
         raise PlanError(f"stream {name!r} ({where}): its source must be an operator's output port or a stream, "
                         f"got {source!r}")

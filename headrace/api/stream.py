@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
+from headrace.api.operator import add_operator, add_stream
 from headrace.code_locations import function_label, user_location
 from headrace.connectors.base import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
@@ -156,19 +157,20 @@ class Pipeline:
                                                           DEAD_LETTER_SCHEMA)))
 
     # -- operators (headrace/api/operator.py) ------------------------------------------------------
+    def stream_of(self, node: Node) -> Stream:
+        """The fluent stream of ``node``, a step already in the plan (an operator's output port)."""
+        return Stream(self, node)
+
     def add_operator(self, name: str, operator: Any, *, partitions: int = 1, application_window: int = 1) -> Any:
         """Add an Apex-style operator with ``partitions`` instances; returns its ports as attributes."""
-        from headrace.api.operator import add_operator
-
         return add_operator(self, name, operator, partitions=partitions, application_window=application_window)
 
     def add_stream(self, name: str, source: Any, *sinks: Any, grouping: Any = None,
                    locality: str | None = None) -> None:
         """Connect an output port (or a stream) to input ports, routed by ``grouping`` (default
         shuffle); ``locality="thread_local"`` fuses the receivers into the sender's Python stage."""
-        from headrace.api.operator import add_stream
-
-        add_stream(self, name, source, *sinks, grouping=grouping, locality=locality)
+        add_stream(self, name, source.node if isinstance(source, Stream) else source, *sinks, grouping=grouping,
+                   locality=locality)
 
     def sql(self, query: str, *, name: str | None = None) -> Stream:
         """A stream computed by a Spark SQL query over the pipeline's streams and tables, named in

@@ -283,9 +283,7 @@ class BoltDeclarer:
         if component.kind in ("bolt", "operator"):
             source: Any = OutputPortRef(builder.pipeline, component.node, stream)
         else:
-            from headrace.api.stream import Stream
-
-            source = Stream(builder.pipeline, builder.pipeline.plan.nodes[component.node])
+            source = builder.pipeline.plan.nodes[component.node]
         add_stream(builder.pipeline, f"{component_id}.{stream}->{self.bolt}", source,
                    InputPortRef(builder.pipeline, self.bolt, port), grouping=grouping)
         return self
