@@ -38,7 +38,7 @@ from headrace.schema import arrow_schema, to_ddl
 from headrace.spark.stateful import uses_test_clock
 
 if TYPE_CHECKING:
-    from headrace.spark.compiler import Lowering
+    from headrace.spark.lowering import Lowering
 
 EDGE, TARGET, ORDER, PAYLOAD, FLUSH = "_hr_edge", "_hr_target", "_hr_order", "_hr_payload", "_hr_flush"
 ROWS = pa.schema([(EDGE, pa.int32()), (TARGET, pa.int32()), (ORDER, pa.int64()), (PAYLOAD, pa.binary()),

@@ -48,7 +48,7 @@ from headrace.spark.stateful import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from headrace.spark.compiler import Lowering
+    from headrace.spark.lowering import Lowering
 else:
     pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 

@@ -32,7 +32,7 @@ from headrace.spark.stateless import without_control
 if TYPE_CHECKING:
     import pandas as pd
 
-    from headrace.spark.compiler import Lowering
+    from headrace.spark.lowering import Lowering
 else:
     pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 

@@ -42,7 +42,7 @@ from headrace.plan.sql_query import (
 from headrace.spark.stateless import without_control, without_result_time
 
 if TYPE_CHECKING:
-    from headrace.spark.compiler import Lowering
+    from headrace.spark.lowering import Lowering
 
 # The Spark output mode of each query shape; None: stateless.
 SQL_OUTPUT_MODES: dict[str, str | None] = {"stateless": None, "windowed aggregate": "append", "aggregate": "update",

@@ -39,7 +39,7 @@ from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec
 
 if TYPE_CHECKING:
-    from headrace.spark.compiler import Lowering
+    from headrace.spark.lowering import Lowering
 
 
 def is_data() -> Column:

@@ -1,0 +1,53 @@
+"""What a lowering function gets: the compilation in progress (``headrace/spark/compiler.py``).
+
+The lowering modules (stateless, windows, sql, rolling, process, operator stages) read the
+plan and the DataFrames built so far through this interface, and the compiler, which calls
+them through the specs, implements it: neither imports the other.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from headrace.plan.graph import Plan
+from headrace.plan.nodes import Node
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class Lowering(Protocol):
+    """One compilation: the plan, the session, the DataFrames built so far and where the
+    watermarks go."""
+
+    plan: Plan
+    spark: SparkSession
+    run_dir: str
+    chains: dict[str, list[str]]  # the fused Python chains, by their last step
+    scans: Counter[str]  # how many times the query scans each source
+    raw_sources: dict[str, DataFrame]
+    observed_sources: dict[str, DataFrame]
+    raw_windows: dict[str, DataFrame]
+    batch_id: int | None  # inside foreachBatch: the micro-batch's id and the checkpoint
+    checkpoint: str | None
+    cached: list[DataFrame]
+
+    def frame(self, name: str) -> DataFrame: ...
+
+    def input(self, node: Node, index: int = 0) -> DataFrame: ...
+
+    def root_stream(self, name: str) -> DataFrame: ...
+
+    def result_time(self, node: Node) -> bool: ...
+
+    def needs_control(self, source: str) -> bool: ...
+
+    def control_needed_after(self, name: str) -> bool: ...
+
+    def filters_before_window(self, names: Iterable[str]) -> bool: ...
+
+    def watermark_delay(self, name: str) -> int | None: ...
+
+    def watermark_here(self, node: Node) -> bool: ...
