@@ -11,7 +11,7 @@ from headrace.connectors.null_sink import Null
 from headrace.connectors.postgres import Postgres
 from headrace.connectors.rabbitmq_streams import RabbitMQSink as RabbitMQ
 from headrace.connectors.redis_sink import Redis
-from headrace.testing import TestSink
+from headrace.connectors.scripted import TestSink
 
 __all__ = ["Console", "Delta", "Failover", "Files", "Kafka", "Mqtt", "Nats", "Null", "Postgres", "RabbitMQ", "Redis",
            "TestSink"]

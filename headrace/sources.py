@@ -9,8 +9,8 @@ from headrace.connectors.nats_jetstream import Nats
 from headrace.connectors.postgres_cdc import PostgresChanges
 from headrace.connectors.rabbitmq_streams import RabbitMQ
 from headrace.connectors.redis_streams import Redis
+from headrace.connectors.scripted import TestSource
 from headrace.connectors.socket import Socket
-from headrace.testing import TestSource
 
 __all__ = ["Delta", "Files", "Generator", "Kafka", "Mqtt", "Nats", "PostgresChanges", "RabbitMQ", "Redis", "Socket",
            "TestSource", "ysb_ads"]

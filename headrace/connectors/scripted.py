@@ -1,0 +1,229 @@
+"""The test kit's connectors: :class:`TestSource` replays explicit micro-batches (with
+:class:`Watermark` and :class:`ProcessingTime` markers), :class:`TestSink` collects the rows it
+receives. Users import them from ``headrace.testing``, which also runs a pipeline to completion."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from headrace.connectors.base import (
+    CONTROL_COLUMN,
+    FLUSH_TIME_MS,
+    Guarantee,
+    SinkConnector,
+    SourceConnector,
+    SourceContext,
+    clock_control,
+    mark_exhausted,
+)
+from headrace.errors import PlanError
+from headrace.schema import Schema, arrow_schema, schema_of, to_ddl
+
+__all__ = ["ProcessingTime", "TestSink", "TestSource", "Watermark"]
+
+
+@dataclass(frozen=True)
+class ProcessingTime:
+    """A marker: move the test clock to ``time`` (ms). A pipeline fed by a TestSource reads
+    processing time from this clock (processing-time triggers and timers, state TTL)."""
+
+    time: int
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A marker: move the watermark to ``time`` (epoch ms or a datetime) at this point of the input."""
+
+    time: int | datetime.datetime
+
+    def millis(self) -> int:
+        if isinstance(self.time, datetime.datetime):
+            moment = self.time if self.time.tzinfo else self.time.replace(tzinfo=datetime.UTC)
+            return int(moment.timestamp() * 1000)
+        return int(self.time)
+
+
+def _folder(run_dir: str) -> str:
+    return os.path.join(run_dir, "test_source")
+
+
+def _released(run_dir: str, name: str) -> int:
+    try:
+        with open(os.path.join(_folder(run_dir), f"{name}.released")) as handle:
+            return int(handle.read().strip() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+class TestSource(SourceConnector):
+    """A bounded source that replays explicit micro-batches (lists of dicts) and
+    :class:`Watermark` markers, one micro-batch per step of the run. Timestamps may be
+    given as datetimes or epoch milliseconds. With ``flush=True`` (the default) the input
+    ends like any bounded input: every open window fires."""
+
+    __test__ = False  # not a pytest test class
+    guarantee = Guarantee.EXACTLY_ONCE
+    paced = True
+    test_clock = True
+    other_control_rows = True  # a watermark or clock step is a control row
+
+    @property
+    def bounded(self) -> bool:
+        return True
+
+    def __init__(self, batches: Sequence[Sequence[dict[str, Any]] | Watermark], *, schema: Any,
+                 flush: bool = True) -> None:
+        self._schema = schema_of(schema, "TestSource schema")
+        self.flush = flush
+        self.steps: list[list[dict[str, Any]] | Watermark] = []
+        names = dict(self._schema)
+        for number, batch in enumerate(batches):
+            if isinstance(batch, (Watermark, ProcessingTime)):
+                self.steps.append(batch)
+                continue
+            if isinstance(batch, dict) or not isinstance(batch, Sequence):
+                raise PlanError(f"TestSource batch {number}: expected a list of records or a Watermark, got "
+                                f"{type(batch).__name__} (wrap single records in a list per micro-batch)")
+            rows = []
+            for row in batch:
+                unknown = set(row) - set(names)
+                if unknown:
+                    raise PlanError(f"TestSource batch {number}: record {row!r} has fields {sorted(unknown)} that "
+                                    f"are not in the schema {list(names)}")
+                rows.append({n: _coerce(row.get(n), t) for n, t in self._schema})
+            self.steps.append(rows)
+
+    @property
+    def total_steps(self) -> int:
+        return len(self.steps) + (1 if self.flush else 0)
+
+    def schema(self) -> Schema:
+        return self._schema
+
+    def options(self) -> dict[str, str]:
+        return {"steps": str(self.total_steps)}
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "TestSource", "batches": len(self.steps), "flush": self.flush}
+
+    def prepare(self, context: SourceContext) -> None:
+        os.makedirs(_folder(context.run_dir), exist_ok=True)
+        steps: list[Any] = list(self.steps) + ([Watermark(FLUSH_TIME_MS)] if self.flush else [])
+        with open(os.path.join(_folder(context.run_dir), f"{context.source_name}.pickle"), "wb") as handle:
+            pickle.dump({"schema": self._schema, "steps": steps}, handle)
+
+    def release(self, run_dir: str, name: str) -> bool:
+        """Offer the next micro-batch; False when none is left."""
+        current = _released(run_dir, name)
+        if current >= self.total_steps:
+            return False
+        path = os.path.join(_folder(run_dir), f"{name}.released")
+        with open(path + ".tmp", "w") as handle:
+            handle.write(str(current + 1))
+        os.replace(path + ".tmp", path)
+        return True
+
+    def data_source(self) -> type:
+        return _TestDataSource
+
+
+def _coerce(value: Any, type_name: str) -> Any:
+    if type_name == "timestamp" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
+    return value
+
+
+# -- the Spark side (runs in Spark's Python workers) ----------------------------------------------
+
+from pyspark.sql.datasource import (  # noqa: E402 - after the user-facing classes, for readability
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+)
+
+
+class _TestDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "headrace_test"
+
+    def schema(self) -> str:
+        with open(self._data_path(), "rb") as handle:
+            schema = pickle.load(handle)["schema"]
+        return f"{to_ddl(schema)}, `{CONTROL_COLUMN}` long"
+
+    def _data_path(self) -> str:
+        return os.path.join(_folder(self.options["hr_run_dir"]), f"{self.options['hr_source']}.pickle")
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _TestReader(dict(self.options), self._data_path())
+
+
+class _TestReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str], path: str) -> None:
+        self.options, self.path = options, path
+        self.total = int(options["steps"])
+        self._clocks: list[tuple[int, int]] | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"step": 0}
+
+    def latestOffset(self) -> dict[str, int]:  # type: ignore[override]
+        released = min(_released(self.options["hr_run_dir"], self.options["hr_source"]), self.total)
+        if released >= self.total:
+            mark_exhausted(self.options)
+        offset = {"step": released}
+        if self._clocks is None:  # (step, time) of each ProcessingTime marker
+            with open(self.path, "rb") as handle:
+                steps = pickle.load(handle)["steps"]
+            self._clocks = [(n, s.time) for n, s in enumerate(steps) if isinstance(s, ProcessingTime)]
+        clocks = [time for step, time in self._clocks if step < released]
+        if clocks:  # the test clock so far, for operators' processing time (spark/operator_stage.py)
+            offset["clock"] = clocks[-1]
+        return offset
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(step) for step in range(start["step"], end["step"])]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        with open(self.path, "rb") as handle:
+            data = pickle.load(handle)
+        schema = arrow_schema(data["schema"]).append(pa.field(CONTROL_COLUMN, pa.int64()))
+        step = data["steps"][partition.value]
+        if isinstance(step, Watermark):
+            rows = [{CONTROL_COLUMN: step.millis()}]
+        elif isinstance(step, ProcessingTime):
+            rows = [{CONTROL_COLUMN: clock_control(step.time)}]
+        else:
+            rows = step
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class TestSink(SinkConnector):
+    """Collects every row it receives, by batch id (a replayed batch replaces itself), in the
+    driver's memory. Timestamps come back as timezone-aware UTC datetimes."""
+
+    __test__ = False
+    guarantee = Guarantee.EXACTLY_ONCE
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[dict[str, Any]]] = {}
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        self.batches[batch_id] = df.toArrow().to_pylist()
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for batch_id in sorted(self.batches) for row in self.batches[batch_id]]
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "TestSink"}
