@@ -14,31 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headrace import aggregates
 from headrace.api.located_yaml import Located
+from headrace.api.step_context import IDENTIFIER, StepContext, StepKind
 from headrace.api.stream import WindowResult
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
 from headrace.windows import Count, Global, Session, Sliding, Tumbling
-
-if TYPE_CHECKING:
-    from headrace.api.pipeline_file import StepContext
-
-
-@dataclass(frozen=True)
-class StepKind:
-    """One kind of step: its action ``key``, the ``options`` it takes beside it, whether it
-    reads a ``from:`` stream, and ``build``, which adds it with the fluent API and returns its
-    stream."""
-
-    key: str
-    build: Callable[[StepContext], Any]
-    options: tuple[str, ...] = ()
-    reads_from: bool = True
-    summary: str = ""
-
 
 STEP_KINDS: dict[str, StepKind] = {}
 
@@ -75,7 +58,7 @@ def _select(step: StepContext) -> Any:
             (out, value), = item.items()
             expression = step.expression(value)
             columns.append(expression if expression.output_name() == out else expression.alias(out))
-        elif item.is_scalar and isinstance(item.value, str) and _IDENTIFIER.fullmatch(item.value):
+        elif item.is_scalar and isinstance(item.value, str) and IDENTIFIER.fullmatch(item.value):
             columns.append(step.expression(item))
         else:
             raise step.fail(item, f"select takes column names and {{name: expression}} entries, got "
@@ -241,7 +224,6 @@ def _late_records(step: StepContext) -> Any:
 
 # -- values --------------------------------------------------------------------------------------------
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _AGGREGATE = re.compile(r"^\s*(?P<func>[A-Za-z_]\w*)\s*(?:\(\s*(?P<column>[^()]*?)\s*\))?\s*$")
 
 
