@@ -18,7 +18,8 @@ from typing import Any, TypedDict
 import pytest
 
 import headrace as hr
-from headrace.spark.specs import lowering_of, output_mode, python_chains
+from headrace.spark.lowerings import lowering_of
+from headrace.spark.specs import output_mode, python_chains
 from headrace.testing import TestSink, TestSource
 
 FILE = "test_plan.py"

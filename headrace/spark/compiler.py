@@ -1,31 +1,32 @@
 """Compile a plan to one Spark streaming DataFrame per sink.
 
-``Lowering`` walks the plan from the sinks up, asking each node's spec
-(``headrace/spark/specs.py``) to lower it, and decides where the watermark is declared.
+``Lowering`` walks the plan from the sinks up, lowering each node as its kind's entry in
+``headrace/spark/lowerings.py`` says, with the watermarks where ``headrace/spark/watermarks.py``
+places them.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import EventTimeNode, NativeStep, Node, PythonStep, SourceNode, WindowAggregateNode
+from headrace.plan.nodes import Node, SourceNode, WindowAggregateNode
+from headrace.spark.lowerings import LOWERINGS
 from headrace.spark.specs import (
     branch_root,
     check_plan,
     has_operators,
     output_mode,
-    python_chains,
     shared_root,
     spec_of,
 )
 from headrace.spark.stages import result_time_needed
 from headrace.spark.stateful import uses_test_clock
 from headrace.spark.stateless import good_rows, with_watermark
+from headrace.spark.watermarks import WatermarkPlacement
 from headrace.spark.windows import window_needs_processor, window_panes
 
 
@@ -36,122 +37,6 @@ class Compiled:
     sink_frames: dict[str, DataFrame]
     output_mode: str
     lowering: Lowering
-
-
-class WatermarkPlacement:
-    """Where the plan's watermarks are declared in Spark (read by the compiler and ``explain``).
-
-    Spark refuses a second watermark on one lineage, and a Python stage hides the first from
-    what follows it, so a Python step carrying event time (or a new event-time declaration)
-    declares the watermark again for what follows it. Each window needs one watermark on every
-    path from its event-time declarations: the nearest place above the window from which no
-    path meets such a step. A branch that reaches no window gets none: its watermark would
-    only hold back the windows' (Spark combines watermarks by their minimum)."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.chains = {chain[-1]: chain for chain in python_chains(plan)}
-
-    def _reach(self, names: Iterable[str]) -> tuple[bool, bool]:
-        """What records entering the nodes ``names`` meet, until a window: (a window, a step
-        that declares the watermark again)."""
-        window = redeclared = False
-        todo, seen = list(names), set()
-        while todo:
-            current = self.plan.nodes[todo.pop()]
-            if current.name in seen:
-                continue
-            seen.add(current.name)
-            if spec_of(current).reads_watermark:
-                window = True
-            elif isinstance(current, EventTimeNode) or (
-                    isinstance(current, PythonStep) and current.event_time is not None):
-                redeclared = True
-            else:
-                todo.extend(c.name for c in self.plan.consumers(current.name))
-        return window, redeclared
-
-    def _carries_time(self, name: str) -> bool:
-        return self.plan.nodes[name].event_time is not None and self.watermark_delay(name) is not None
-
-    def watermark_here(self, node: Node) -> bool:
-        """Whether an event-time declaration or a Python stage declares the watermark on its output:
-        when no step after it declares it again and a window follows (or, in a pipeline without
-        windows, for the progress reports)."""
-        if not self._carries_time(node.name):
-            return False
-        if not isinstance(node, EventTimeNode) and node.name not in self.chains:
-            return False
-        window, redeclared = self._reach(c.name for c in self.plan.consumers(node.name))
-        has_windows = any(spec_of(n).reads_watermark for n in self.plan.nodes.values())
-        return not redeclared and (window or not has_windows)
-
-    def watermark_on_edge(self, name: str, consumer: str) -> bool:
-        """Whether the watermark goes between ``name`` and ``consumer``: where the paths from a
-        declaration part, towards a window, away from the steps that declare it again."""
-        if not self._carries_time(name):
-            return False
-        if not self._reach(c.name for c in self.plan.consumers(name))[1]:
-            return False  # declared on this node or above it, or not needed
-        window, redeclared = self._reach([consumer])
-        return window and not redeclared
-
-    def watermark_delay(self, name: str) -> int | None:
-        """The delay of the nearest event-time declaration upstream of ``name``; None below a
-        stateful step, whose results carry Spark's watermark on (``headrace/spark/stages.py``)."""
-        node = self.plan.nodes[name]
-        while True:
-            if isinstance(node, EventTimeNode):
-                return node.delay_ms
-            if not node.inputs or spec_of(node).stateful:
-                return None
-            node = self.plan.nodes[node.inputs[0]]
-
-    def filters_before_window(self, names: Iterable[str]) -> bool:
-        """Whether records entering the nodes ``names`` can meet, before the step that reads the
-        watermark, a filter Catalyst would push below the watermark operator (so the records it
-        removes would no longer move the watermark): a native filter, a join with a table (its
-        inferred not-null filters), an SQL query (WHERE, joins). Then the watermark needs a
-        barrier above it (``headrace/spark/stateless.py``, ``with_watermark``)."""
-        todo, seen = list(names), set()
-        while todo:
-            node = self.plan.nodes[todo.pop()]
-            if node.name in seen:
-                continue
-            seen.add(node.name)
-            if node.kind in ("sql", "join") or (isinstance(node, NativeStep) and node.mode == "filter"):
-                return True
-            if not spec_of(node).reads_watermark and not spec_of(node).stateful:
-                todo.extend(c.name for c in self.plan.consumers(node.name))
-        return False
-
-    def where_taken(self, node: Node) -> str:
-        """For ``explain``: where the watermark of the event-time declaration ``node`` is taken."""
-        if self.watermark_here(node):
-            after = [c.name for c in self.plan.consumers(node.name)]
-            kept = (": the filters after it run above it (a barrier stops Catalyst pushing them below), so every "
-                    "record moves it" if self.filters_before_window(after) else "")
-            return f"watermark taken here{kept}"
-        edges = self._edges_below(node.name)
-        if edges:
-            return ("watermark taken on the way into " + ", ".join(repr(c) for _, c in edges)
-                    + " (a Python step with event time declares it again on the other path)")
-        return "no watermark taken here: no window reads it, or a step after it declares it again"
-
-    def _edges_below(self, name: str) -> list[tuple[str, str]]:
-        """The edges below step ``name`` on which the watermark is declared (``watermark_on_edge``)."""
-        edges, todo, seen = [], [name], set()
-        while todo:
-            current = todo.pop()
-            if current in seen:
-                continue
-            seen.add(current)
-            for consumer in self.plan.consumers(current):
-                if self.watermark_on_edge(current, consumer.name):
-                    edges.append((current, consumer.name))
-                elif not spec_of(consumer).reads_watermark and not isinstance(consumer, EventTimeNode):
-                    todo.append(consumer.name)
-        return edges
 
 
 class Lowering(WatermarkPlacement):
@@ -192,7 +77,7 @@ class Lowering(WatermarkPlacement):
     def frame(self, name: str) -> DataFrame:
         if name not in self.frames:
             node = self.plan.nodes[name]
-            self.frames[name] = spec_of(node).lower(node, self)
+            self.frames[name] = LOWERINGS[node.kind].lower(node, self)
         return self.frames[name]
 
     def result_time(self, node: Node) -> bool:

@@ -1,6 +1,7 @@
-"""One spec per node kind, registered in ``SPECS``: how the kind is lowered to Spark, how
-``explain`` names that lowering, whether it runs the same on one micro-batch, and what it
-asks of the pipeline's one Spark query (state, output mode, the watermark, control rows).
+"""One spec per node kind, registered in ``SPECS``: whether it runs the same on one micro-batch,
+and what it asks of the pipeline's one Spark query (state, output mode, the watermark, control
+rows). How each kind is lowered, and how ``explain`` names that, is in
+``headrace/spark/lowerings.py``.
 
 The compiler, ``explain``, the writer, the one-query rules below and the checkpoint
 compatibility check all read these specs, so none of them re-derives another's choices.
@@ -15,13 +16,9 @@ from typing import Any
 from headrace.errors import PlanError, step_error
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import KeyByNode, Node, PythonStep
-from headrace.spark import stateless
-from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
-from headrace.spark.process import lower_process, spark_ttl
+from headrace.spark.process import spark_ttl
 from headrace.spark.real_time import REAL_TIME, check_real_time
-from headrace.spark.rolling import lower_rolling
-from headrace.spark.sql import SQL_OUTPUT_MODES, lower_sql, sql_lowered_as
-from headrace.spark.windows import lower_late_records, lower_window, window_lowered_as
+from headrace.spark.sql import SQL_OUTPUT_MODES
 
 
 def _no_output_mode(node: Any) -> str | None:
@@ -38,8 +35,6 @@ def _nothing(node: Any) -> str | None:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    lower: Callable[[Any, Any], Any]  # (node, the compilation) -> the node's DataFrame
-    lowered_as: str | Callable[[Plan, Any], str]  # for explain
     per_batch: bool = False  # gives the same rows on one micro-batch's DataFrame as on the stream
     stateful: bool = False  # keeps state in Spark's state store across micro-batches
     output_mode: Callable[[Any], str | None] = _no_output_mode  # the Spark output mode it needs
@@ -57,9 +52,6 @@ class NodeSpec:
     feeds_stage: Callable[[Any], str | None] = _nothing
     # why it cannot read the results of an earlier stateful step in the same query (None: it can)
     follows_stage: Callable[[Any], str | None] = _nothing
-
-    def describe(self, plan: Plan, node: Node) -> str:
-        return self.lowered_as if isinstance(self.lowered_as, str) else self.lowered_as(plan, node)
 
 
 def python_chains(plan: Plan) -> list[list[str]]:
@@ -86,31 +78,6 @@ def python_chains(plan: Plan) -> list[list[str]]:
     return chains
 
 
-def _event_time_lowered_as(plan: Plan, node: Node) -> str:
-    from headrace.spark.compiler import WatermarkPlacement  # it reads these specs
-
-    return f"native Spark watermark (withWatermark); {WatermarkPlacement(plan).where_taken(node)}"
-
-
-def _python_lowered_as(plan: Plan, node: Node) -> str:
-    from headrace.spark.compiler import WatermarkPlacement  # it reads these specs
-
-    for number, chain in enumerate(python_chains(plan), start=1):
-        if node.name in chain:
-            again = ("; the watermark is taken again on its output (Spark's watermark does not pass through "
-                     "Python): the records it drops do not move it" if WatermarkPlacement(plan).watermark_here(node)
-                     else "")
-            return f"fused Python stage #{number} (mapInArrow: {' -> '.join(chain)}){again}"
-    raise AssertionError(f"{node.name} is in no Python chain")
-
-
-def _process_lowered_as(plan: Plan, node: Any) -> str:
-    timers = ("event-time timers of Spark wake each key" if plan.nodes[node.inputs[0]].event_time
-              else "no event time: timers are checked when their key runs")
-    ttl = ", Spark's state TTL evicts quiet keys" if spark_ttl(plan, node) is not None else ""
-    return f"stateful processor (transformWithStateInPandas, state per key, {timers}{ttl})"
-
-
 def native_sink_format(plan: Plan, node: Any) -> str | None:
     """The format of Spark's own streaming writer for the sink ``node``, when it is the
     pipeline's only sink, its connector has one and no operator runs in foreachBatch;
@@ -123,30 +90,9 @@ def has_operators(plan: Plan) -> bool:
     return any(SPECS[n.kind].batch_only for n in plan.nodes.values())
 
 
-def _operator_lowered_as(plan: Plan, node: Any) -> str:
-    sender = fused_into(plan, node)
-    if sender is not None:
-        return f"fused into the Python stage of operator {sender.name!r} (thread-local)"
-    return (f"operator stage in each micro-batch: {node.partitions} instance(s), groupBy(instance).applyInArrow, "
-            "state saved per window beside the checkpoint")
-
-
-def _sink_lowered_as(plan: Plan, node: Any) -> str:
-    writer = native_sink_format(plan, node)
-    return f"Spark's own {writer} streaming sink" if writer else "foreachBatch, committed by batch id"
-
-
-def _folds_in_python(node: Any) -> bool:
+def folds_in_python(node: Any) -> bool:
     """A reduce, or aggregates whose keys expire, fold each key's records in Python."""
     return node.reduce_fn is not None or node.ttl_ms is not None
-
-
-def _rolling_lowered_as(plan: Plan, node: Any) -> str:
-    if not _folds_in_python(node):
-        return "native Spark groupBy aggregate, update mode"
-    if node.ttl_ms is not None:
-        return "stateful processor (transformWithStateInPandas, Spark's state TTL per key), update mode"
-    return "stateful processor (applyInPandasWithState), update mode"
 
 
 # Spark runs stateful operators one after another in one query only in append mode (its
@@ -175,39 +121,31 @@ def _rolling_follows(node: Any) -> str | None:
 
 
 SPECS: dict[str, NodeSpec] = {
-    "source": NodeSpec(stateless.lower_source, lambda plan, node: node.connector.lowered_as),
-    "table": NodeSpec(stateless.lower_table, "static DataFrame (broadcast)"),
-    "native": NodeSpec(stateless.lower_native, "native Spark expressions", per_batch=True),
-    "python": NodeSpec(stateless.lower_python, _python_lowered_as, per_batch=True),
-    "event_time": NodeSpec(stateless.lower_event_time, _event_time_lowered_as,
-                           reads_control=True),
-    "key_by": NodeSpec(stateless.lower_key_by, "native (keys used by the next aggregate)", per_batch=True),
-    "rolling_aggregate": NodeSpec(lower_rolling, _rolling_lowered_as, stateful=True,
-                                  output_mode=lambda node: "update",
-                                  runs_alone=_folds_in_python,
+    "source": NodeSpec(),
+    "table": NodeSpec(),
+    "native": NodeSpec(per_batch=True),
+    "python": NodeSpec(per_batch=True),
+    "event_time": NodeSpec(reads_control=True),
+    "key_by": NodeSpec(per_batch=True),
+    "rolling_aggregate": NodeSpec(stateful=True, output_mode=lambda node: "update", runs_alone=folds_in_python,
                                   processing_time=lambda plan, node: node.ttl_ms is not None,
                                   feeds_stage=lambda node: UPDATES, follows_stage=_rolling_follows),
-    "window_aggregate": NodeSpec(lower_window, window_lowered_as, stateful=True,
-                                 output_mode=lambda node: "append" if node.emit == "final" else "update",
-                                 reads_watermark=True, feeds_stage=_window_feeds,
-                                 follows_stage=_window_follows),
-    "late_records": NodeSpec(lower_late_records, "the window processor's late side output", per_batch=True),
-    "keyed_process": NodeSpec(lower_process, _process_lowered_as, stateful=True,
-                              output_mode=lambda node: "append", reads_watermark=True, reads_control=True,
-                              processing_time=lambda plan, node: spark_ttl(plan, node) is not None),
-    "join": NodeSpec(stateless.lower_join, "native stream-static join (broadcast)", per_batch=True),
-    "union": NodeSpec(stateless.lower_union, "native union"),
-    "dead_letters": NodeSpec(stateless.lower_dead_letters, "native filter of the source's dead-letter columns",
-                             per_batch=True),
-    "sink": NodeSpec(stateless.lower_sink, _sink_lowered_as, per_batch=True),
-    "operator": NodeSpec(lower_operator, _operator_lowered_as, per_batch=True, batch_only=True, reads_control=True),
-    "port": NodeSpec(lower_port, "rows of the port's schema (fused Arrow stage in each micro-batch)",
-                     per_batch=True, batch_only=True),
-    "sql": NodeSpec(lower_sql, sql_lowered_as, variant=lambda node: SQL_SPECS[node.shape]),
+    "window_aggregate": NodeSpec(stateful=True, output_mode=lambda node: "append" if node.emit == "final" else "update",
+                                 reads_watermark=True, feeds_stage=_window_feeds, follows_stage=_window_follows),
+    "late_records": NodeSpec(per_batch=True),
+    "keyed_process": NodeSpec(stateful=True, output_mode=lambda node: "append", reads_watermark=True,
+                              reads_control=True, processing_time=lambda plan, node: spark_ttl(plan, node) is not None),
+    "join": NodeSpec(per_batch=True),
+    "union": NodeSpec(),
+    "dead_letters": NodeSpec(per_batch=True),
+    "sink": NodeSpec(per_batch=True),
+    "operator": NodeSpec(per_batch=True, batch_only=True, reads_control=True),
+    "port": NodeSpec(per_batch=True, batch_only=True),
+    "sql": NodeSpec(variant=lambda node: SQL_SPECS[node.shape]),
 }
 # An SQL step runs as its query's shape says (headrace/plan/sql_query.py).
 SQL_SPECS: dict[str, NodeSpec] = {
-    shape: NodeSpec(lower_sql, sql_lowered_as, per_batch=mode is None, stateful=mode is not None,
+    shape: NodeSpec(per_batch=mode is None, stateful=mode is not None,
                     output_mode=lambda node: SQL_OUTPUT_MODES[node.shape],
                     reads_watermark=shape == "windowed aggregate",
                     feeds_stage=lambda node: UPDATES if SQL_OUTPUT_MODES[node.shape] == "update" else NO_SQL_TIME,
@@ -219,11 +157,6 @@ STATEFUL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.stateful
 def spec_of(node: Node) -> NodeSpec:
     spec = SPECS[node.kind]
     return spec.variant(node) if spec.variant is not None else spec
-
-
-def lowering_of(plan: Plan) -> dict[str, str]:
-    """One phrase per node: native Spark, fused Python stage, stateful processor."""
-    return {name: spec_of(node).describe(plan, node) for name, node in plan.nodes.items()}
 
 
 # Spark runs a query with a step in processing-time mode micro-batch after micro-batch, with
@@ -299,7 +232,7 @@ def _feeds_every_operator(plan: Plan, root: str) -> bool:
     return True
 
 
-def _check_operators(plan: Plan) -> None:
+def check_operators(plan: Plan) -> None:
     """Operators run per micro-batch below the pipeline's one Spark query: no Spark state after
     them, and one stream (source or step) that every operator's inputs come from."""
     batch_only = [n for n in plan.nodes.values() if spec_of(n).batch_only]
@@ -367,7 +300,7 @@ def check_plan(plan: Plan) -> None:
 
     plan.validate()
     check_real_time(plan)
-    _check_operators(plan)
+    check_operators(plan)
     check_stages(plan)
     for sink in plan.sinks():
         check_sink_takes_updates(plan, sink.name, sink.defined_at, sink.connector, sink.inputs[0])

@@ -33,6 +33,7 @@ from headrace.plan.nodes import RESULT_TIME, LateRecordsNode, WindowAggregateNod
 from headrace.runtime.progress import LATE_METRIC_PREFIX
 from headrace.schema import TYPE_ALIASES
 from headrace.spark.expressions import aggregate_columns
+from headrace.spark.stages import result_time_needed, stateful_steps
 from headrace.spark.stateful import (
     GROUP,
     SEQUENCE,
@@ -268,8 +269,6 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
 
 def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
     """Why a window step cannot use Spark's native window operator (empty: it can)."""
-    from headrace.spark.stages import result_time_needed, stateful_steps  # stages -> specs -> this module
-
     reasons = []
     shape = node.window.to_json()
     kind = shape["kind"]
