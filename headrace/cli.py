@@ -177,7 +177,7 @@ def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
     from headrace.runtime.compatibility import check_restart
     from headrace.runtime.runner import default_state_dir
     from headrace.runtime.session import get_session, spark_log_file
-    from headrace.spark.specs import check_plan
+    from headrace.spark.plan_checks import check_plan
 
     check_plan(pipeline.plan)
     state_dir = args.state_dir or default_state_dir()

@@ -42,8 +42,9 @@ from headrace.process import KeyedProcessFunction, check_process_function
 from headrace.runtime.admission import BatchDuration
 from headrace.runtime.runner import run
 from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, Schema, is_record_class, schema_of
+from headrace.spark.plan_checks import check_plan
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
-from headrace.spark.specs import check_plan, check_sink_takes_updates, updating_step
+from headrace.spark.specs import check_sink_takes_updates, updating_step
 from headrace.spark.stages import check_stage, why_no_event_time
 from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
 from headrace.windows import Count, Global, WindowShape

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from headrace.plan.graph import Plan
 from headrace.spark.lowerings import lowering_of
-from headrace.spark.real_time import REAL_TIME, REAL_TIME_BATCH, obstacles
+from headrace.spark.real_time import REAL_TIME, REAL_TIME_BATCH
+from headrace.spark.real_time_obstacles import obstacles
 from headrace.spark.specs import output_mode, spec_of, trigger_interval
 from headrace.spark.stages import watermark_origin
 

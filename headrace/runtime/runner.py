@@ -34,7 +34,8 @@ from headrace.runtime.restarts import RestartPolicy
 from headrace.runtime.session import get_session, spark_log_file
 from headrace.runtime.signals import stop_on_signals
 from headrace.spark.compiler import compile_plan
-from headrace.spark.specs import check_plan, trigger_interval
+from headrace.spark.plan_checks import check_plan
+from headrace.spark.specs import trigger_interval
 from headrace.spark.writer import start_query
 
 HALT_TIMEOUT_S = 30.0  # how long a stop at once may take before the run gives up waiting for it

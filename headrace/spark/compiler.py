@@ -15,9 +15,9 @@ from pyspark.sql import DataFrame, SparkSession
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node, SourceNode, WindowAggregateNode
 from headrace.spark.lowerings import LOWERINGS
+from headrace.spark.plan_checks import check_plan
 from headrace.spark.specs import (
     branch_root,
-    check_plan,
     has_operators,
     output_mode,
     shared_root,

@@ -69,7 +69,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
               .outputMode(compiled.output_mode))
     if plan.trigger == REAL_TIME:
-        if real_time.stateful(plan):
+        if stages.stateful_steps(plan):
             for key, value in real_time.STATE_SETTINGS.items():
                 stream.sparkSession.conf.set(key, value)
         writer = writer.trigger(realTime=asked_interval or real_time.REAL_TIME_BATCH)  # type: ignore[call-overload]
@@ -77,7 +77,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         writer = writer.trigger(processingTime=interval)
     if native:
         writer = writer.format(native).options(**sinks[0].connector.native_options())
-        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not real_time.stateful(plan):
+        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stages.stateful_steps(plan):
             writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
         writer = writer.foreachBatch(dispatch)

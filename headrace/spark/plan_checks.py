@@ -1,0 +1,43 @@
+"""``check_plan``: whether a plan can run as headrace runs it, as one Spark query."""
+
+from __future__ import annotations
+
+from headrace.errors import step_error
+from headrace.plan.graph import Plan
+from headrace.spark.real_time_obstacles import check_real_time
+from headrace.spark.specs import check_operators, check_sink_takes_updates, spec_of
+from headrace.spark.stages import check_stages
+
+
+def check_plan(plan: Plan) -> None:
+    """The plan's own checks, then those of running it as one Spark query: stateful steps that
+    read others' results as Spark can chain them, one output mode, and an operator that runs
+    alone shares the query with no other stateful step."""
+    plan.validate()
+    check_real_time(plan)
+    check_operators(plan)
+    check_stages(plan)
+    for sink in plan.sinks():
+        check_sink_takes_updates(plan, sink.name, sink.defined_at, sink.connector, sink.inputs[0])
+    stateful = [n for n in plan.nodes.values() if spec_of(n).stateful]
+    appending = [n for n in stateful if spec_of(n).output_mode(n) == "append"]
+    updating = [n for n in stateful if spec_of(n).output_mode(n) == "update"]
+    if appending and updating:
+        first, other = appending[0], updating[0]
+        what = "a window with emit='final'" if first.kind == "window_aggregate" else "a process step"
+        if first.kind == "sql":
+            what = "an SQL query with DISTINCT" if getattr(first, "shape", "") == "distinct" else "a windowed SQL query"
+        raise step_error(first.name, first.defined_at,
+                         f"{what} cannot share pipeline {plan.name!r} with step {other.name!r} "
+                         f"({other.defined_at}), which emits updates: the pipeline runs as one Spark query with "
+                         "one output mode; use emit='updates' on windows, or a pipeline for each")
+    alone = [n for n in stateful if spec_of(n).runs_alone(n)]
+    if alone and len(stateful) > 1:
+        step = alone[0]
+        other = next(n for n in stateful if n is not step)
+        what = "a reduce" if getattr(step, "reduce_fn", None) else "a rolling aggregate with a ttl"
+        raise step_error(step.name, step.defined_at,
+                         f"{what} cannot share pipeline {plan.name!r} with the stateful step "
+                         f"{other.name!r} ({other.defined_at}): Spark runs a pipeline as one query, and its per-key "
+                         "Python state cannot run beside another aggregate; give it a pipeline of its own")
+
