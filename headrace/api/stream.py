@@ -18,7 +18,6 @@ from headrace.connectors.base import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
 from headrace.errors import PlanError, step_error
 from headrace.expr import Expr, col
-from headrace.plan.explain import explain_text
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
     RESULT_TIME,
@@ -42,6 +41,7 @@ from headrace.process import KeyedProcessFunction, check_process_function
 from headrace.runtime.admission import BatchDuration
 from headrace.runtime.runner import run
 from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, Schema, is_record_class, schema_of
+from headrace.spark.explain import explain_text
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
 from headrace.spark.specs import check_sink_takes_updates, updating_step
