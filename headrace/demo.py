@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import headrace as hr
-from headrace.connectors.base import SinkConnector
 from headrace.connectors.generator import ysb_ads
+from headrace.contract import SinkConnector
 
 
 def is_view(event: dict[str, Any]) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
 from headrace.api.operator import add_operator, add_stream
 from headrace.code_locations import function_label, user_location
-from headrace.connectors.base import Guarantee, SinkConnector, SourceConnector
+from headrace.contract import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
 from headrace.errors import PlanError, step_error
 from headrace.expr import Expr, col

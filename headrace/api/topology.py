@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from headrace.api.operator import InputPortRef, OutputPortRef, add_stream
 from headrace.code_locations import user_location
-from headrace.connectors.base import SourceConnector
+from headrace.contract import SourceConnector
 from headrace.errors import PlanError
 from headrace.groupings import All, Custom, Direct, Fields, Global, Grouping, LocalOrShuffle, PartialKey, Shuffle
 from headrace.operator import Operator

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from headrace.connectors.base import Guarantee, SinkConnector
+from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError
 
 DEFAULT_WIDTH = 20

@@ -5,7 +5,7 @@ installed pyspark's Spark minor: ``headrace/runtime/jars.py``), which also sets 
 SQL extension and catalog.
 
 **Sink.** Each micro-batch is one Delta commit carrying a transaction marker: the sink's
-identity (step, pipeline and checkpoint, ``headrace/connectors/sink_step.py``) as
+identity (step, pipeline and checkpoint, ``headrace/sink_step.py``) as
 ``txnAppId`` and the batch id as ``txnVersion``. Delta records the pair in the commit, so
 the records and the batch id become visible together or not at all. A batch Spark replays
 after a crash whose commit landed is skipped (``committed`` reads the marker from the
@@ -28,11 +28,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from headrace.connectors.base import CONTROL_COLUMN, Guarantee, SinkConnector, SourceConnector, SourceContext
-from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.contract import CONTROL_COLUMN, Guarantee, SinkConnector, SourceConnector, SourceContext
 from headrace.errors import PlanError, SinkError
 from headrace.runtime import jars
 from headrace.schema import Schema, schema_of, to_ddl
+from headrace.sink_step import SinkStep, step_name
 
 SEQUENCE_COLUMN = "_hr_row_order"  # the order of rows in a batch, so the last row of a key wins
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"  # Delta's session settings for a MERGE's marker

@@ -25,9 +25,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from headrace.connectors.base import Guarantee, SinkConnector
-from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError, SinkError
+from headrace.sink_step import SinkStep, step_name
 
 log = logging.getLogger("headrace.sinks.failover")
 

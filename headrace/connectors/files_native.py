@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, count_dead_letters
+from headrace.connectors.base import count_dead_letters
+from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS
 from headrace.schema import Schema, to_ddl
 
 CORRUPT = "_hr_corrupt"

@@ -37,9 +37,10 @@ import warnings
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from headrace.connectors.base import Guarantee, SinkConnector, run_batch
-from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.connectors.base import run_batch
+from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError, SinkError
+from headrace.sink_step import SinkStep, step_name
 
 FORMATS = {"parquet": "parquet", "jsonl": "json"}
 MANIFEST = "_spark_metadata"

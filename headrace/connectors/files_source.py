@@ -37,7 +37,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from headrace.connectors import files_native
-from headrace.connectors.base import (
+from headrace.connectors.base import mark_exhausted, stop_requested
+from headrace.connectors.file_formats import FORMATS, READERS
+from headrace.connectors.file_formats.parquet import parquet_schema
+from headrace.connectors.file_formats.reader import batch_schema
+from headrace.contract import (
     CONTROL_COLUMN,
     DEAD_COLUMNS,
     FLUSH_TIME_MS,
@@ -45,12 +49,7 @@ from headrace.connectors.base import (
     Guarantee,
     SourceConnector,
     SourceContext,
-    mark_exhausted,
-    stop_requested,
 )
-from headrace.connectors.file_formats import FORMATS, READERS
-from headrace.connectors.file_formats.parquet import parquet_schema
-from headrace.connectors.file_formats.reader import batch_schema
 from headrace.errors import PlanError, SourceError
 from headrace.runtime.admission import backlog
 from headrace.schema import Schema, schema_of, to_ddl

@@ -2,7 +2,7 @@
 
 **Exactly-once** (the default). The driver writes a batch's records with a transactional
 producer (``confluent-kafka``) whose ``transactional.id`` derives from the sink's identity
-(step, pipeline and checkpoint, ``headrace/connectors/sink_step.py``). In the same
+(step, pipeline and checkpoint, ``headrace/sink_step.py``). In the same
 transaction it commits the batch id as the offset of a consumer group of the same name on
 partition 0 of the commits topic (``headrace_sink_commits``, which holds no records), so the
 records and the batch id become visible together or not at all:
@@ -34,11 +34,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from headrace.connectors.base import Guarantee, SinkConnector
 from headrace.connectors.retry import Backoff, RetriesExhausted, retry, unreachable
-from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError, SetupError, SinkError
 from headrace.runtime import jars
+from headrace.sink_step import SinkStep, step_name
 
 DEFAULT_SERVERS = "127.0.0.1:9092"
 COMMITS_TOPIC = "headrace_sink_commits"

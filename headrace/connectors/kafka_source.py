@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headrace.connectors.avro_schema import avro_columns
-from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext
+from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext
 from headrace.errors import PlanError
 from headrace.runtime import jars
 from headrace.schema import Schema, schema_of, to_ddl

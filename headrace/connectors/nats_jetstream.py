@@ -61,20 +61,15 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import (
-    Guarantee,
-    SinkConnector,
-    SourceConnector,
-    SourceContext,
-    stop_requested,
-)
+from headrace.connectors.base import stop_requested
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.files_source import spark_schema
 from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches
 from headrace.connectors.postgres import redact_dsn
-from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.contract import Guarantee, SinkConnector, SourceConnector, SourceContext
 from headrace.errors import PlanError, SetupError, SinkError, SourceError
 from headrace.schema import Schema, schema_of, to_ddl
+from headrace.sink_step import SinkStep, step_name
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 FORMATS = ("json", "raw")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from headrace.connectors.base import Guarantee, SinkConnector
+from headrace.contract import Guarantee, SinkConnector
 
 
 class Null(SinkConnector):

@@ -21,9 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.connectors.base import DEAD_COLUMNS
 from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
 from headrace.connectors.file_formats.values import convert_values, show
+from headrace.contract import DEAD_COLUMNS
 from headrace.errors import PlanError
 from headrace.schema import Schema, arrow_schema, schema_of
 

@@ -32,12 +32,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from headrace.connectors import postgres_commits as commits
 from headrace.connectors import postgres_staging as staging
-from headrace.connectors.base import Guarantee, SinkConnector, run_batch
+from headrace.connectors.base import run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry, unreachable
-from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError, SetupError, SinkError, raised_inside
 from headrace.schema import TYPE_ALIASES
+from headrace.sink_step import SinkStep, step_name
 
 T = TypeVar("T")
 

@@ -40,11 +40,12 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any, TypeVar
 
-from headrace.connectors.base import Guarantee, SinkConnector, run_batch
+from headrace.connectors.base import run_batch
 from headrace.connectors.postgres import redact_dsn
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
-from headrace.connectors.sink_step import SinkStep, step_name
+from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError, SetupError, SinkError
+from headrace.sink_step import SinkStep, step_name
 
 T = TypeVar("T")
 

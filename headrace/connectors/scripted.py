@@ -13,7 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.connectors.base import (
+from headrace.connectors.base import mark_exhausted
+from headrace.contract import (
     CONTROL_COLUMN,
     FLUSH_TIME_MS,
     Guarantee,
@@ -21,7 +22,6 @@ from headrace.connectors.base import (
     SourceConnector,
     SourceContext,
     clock_control,
-    mark_exhausted,
 )
 from headrace.errors import PlanError
 from headrace.schema import Schema, arrow_schema, schema_of, to_ddl

@@ -41,15 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import (
-    CONTROL_COLUMN,
-    FLUSH_TIME_MS,
-    FLUSHED,
-    Guarantee,
-    SourceConnector,
-    mark_exhausted,
-    stop_requested,
-)
+from headrace.connectors.base import mark_exhausted, stop_requested
+from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, FLUSHED, Guarantee, SourceConnector
 from headrace.errors import PlanError, SourceError
 from headrace.schema import Schema, arrow_schema, to_ddl
 

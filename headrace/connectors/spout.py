@@ -40,7 +40,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from headrace.code_locations import ship_class_by_value
-from headrace.connectors.base import (
+from headrace.connectors.base import mark_exhausted, stop_requested
+from headrace.contract import (
     CONTROL_COLUMN,
     FLUSH_TIME_MS,
     FLUSHED,
@@ -48,8 +49,6 @@ from headrace.connectors.base import (
     SourceConnector,
     SourceContext,
     flush_rows,
-    mark_exhausted,
-    stop_requested,
 )
 from headrace.errors import PlanError, SourceError
 from headrace.runtime.admission import adaptive_cap, combined_cap

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from headrace.code_locations import remember_definitions
-from headrace.connectors.base import Guarantee
+from headrace.contract import Guarantee
 from headrace.errors import PlanError, step_error
 from headrace.plan.nodes import (
     Node,

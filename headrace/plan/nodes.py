@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from headrace.aggregates import Agg
 from headrace.code_locations import function_label
-from headrace.connectors.base import SinkConnector, SourceConnector
+from headrace.contract import SinkConnector, SourceConnector
 from headrace.durations import describe_millis
 from headrace.expr import Expr
 from headrace.process import declared_state

@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from headrace.connectors.base import DEAD_LETTER_METRIC_PREFIX, flush_rows
+from headrace.contract import DEAD_LETTER_METRIC_PREFIX, flush_rows
 
 LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
 CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)

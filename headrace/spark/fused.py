@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.connectors.base import CONTROL_COLUMN
+from headrace.contract import CONTROL_COLUMN
 from headrace.errors import StepFunctionError
 
 _repr = reprlib.Repr()

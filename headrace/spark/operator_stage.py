@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from headrace.code_locations import ship_class_by_value
-from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.errors import StepFunctionError, raised_inside
 from headrace.groupings import Global
 from headrace.operators.instances import FAILED_EDGE, HEARTBEAT_EDGE, STATE_EDGE, Route, WindowSpec, dumps, run_chain

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.code_locations import function_label
-from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.lazy_modules import LazyModule
 from headrace.operators.process_logic import ProcessLogic, ProcessState, to_watermark
 from headrace.plan.graph import Plan

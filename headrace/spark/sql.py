@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType
 
-from headrace.connectors.base import CONTROL_COLUMN
+from headrace.contract import CONTROL_COLUMN
 from headrace.errors import PlanError
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SqlNode

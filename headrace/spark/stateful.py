@@ -29,7 +29,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from headrace.connectors.base import CONTROL_COLUMN
+from headrace.contract import CONTROL_COLUMN
 from headrace.lazy_modules import LazyModule
 from headrace.schema import INTEGER_DTYPES
 

@@ -3,7 +3,7 @@ Python stages, the event-time declaration, joins, unions, dead letters and sinks
 
 Each ``lower_*`` takes a node and the compilation (``headrace/spark/compiler.py``) and returns
 the node's DataFrame; ``headrace/spark/specs.py`` registers them. Control rows (``_hr_ctl``,
-see ``headrace/connectors/base.py``) carry watermark moves and the end-of-input flush through
+see ``headrace/contract.py``) carry watermark moves and the end-of-input flush through
 these steps until the operator that needs them.
 """
 
@@ -18,8 +18,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from headrace.code_locations import function_label
-from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext, count_dead_letters
-from headrace.connectors.sink_step import SinkStep
+from headrace.connectors.base import count_dead_letters
+from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext
 from headrace.plan.nodes import (
     RESULT_TIME,
     DeadLettersNode,
@@ -35,6 +35,7 @@ from headrace.plan.nodes import (
 )
 from headrace.runtime.progress import CONTROL_METRIC_PREFIX, REPEAT_METRIC_PREFIX
 from headrace.schema import arrow_schema, to_ddl, type_name_of_arrow
+from headrace.sink_step import SinkStep
 from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec
 

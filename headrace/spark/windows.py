@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.aggregates import result_type
-from headrace.connectors.base import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.errors import StepFunctionError
 from headrace.lazy_modules import LazyModule
 from headrace.operators.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate

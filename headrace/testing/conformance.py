@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import headrace as hr
-from headrace.connectors.base import FLUSH_TIME_MS
+from headrace.contract import FLUSH_TIME_MS
 from headrace.runtime.progress import summarise
 from headrace.testing import ProcessingTime, TestSink, TestSource, Watermark, run_to_completion
 

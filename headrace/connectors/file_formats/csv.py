@@ -18,7 +18,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.connectors.base import DEAD_COLUMNS
 from headrace.connectors.file_formats.reader import CHUNK_LINES, DeadLine, FileReader
 from headrace.connectors.file_formats.values import (
     MAX_US,
@@ -32,6 +31,7 @@ from headrace.connectors.file_formats.values import (
     text_int,
     text_long,
 )
+from headrace.contract import DEAD_COLUMNS
 from headrace.errors import SourceError
 from headrace.schema import Schema, arrow_type
 

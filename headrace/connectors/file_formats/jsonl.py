@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.connectors.base import DEAD_COLUMNS
 from headrace.connectors.file_formats.reader import CHUNK_LINES, DeadLine, FileReader
 from headrace.connectors.file_formats.values import (
     BadValue,
@@ -29,6 +28,7 @@ from headrace.connectors.file_formats.values import (
     json_int,
     json_long,
 )
+from headrace.contract import DEAD_COLUMNS
 from headrace.schema import arrow_schema, arrow_type
 
 JSONL_BLOCK_BYTES = 8 << 20  # bytes of whole lines handed to pyarrow's JSON reader at a time

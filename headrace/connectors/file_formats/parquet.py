@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.connectors.base import CONTROL_COLUMN
 from headrace.connectors.file_formats.reader import CHUNK_LINES, FileReader, batch_schema
+from headrace.contract import CONTROL_COLUMN
 from headrace.errors import PlanError, SourceError
 from headrace.schema import Schema, type_name_of_arrow
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS
 from headrace.connectors.file_formats.values import show
+from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS
 from headrace.errors import SourceError
 from headrace.schema import Schema, arrow_schema
 

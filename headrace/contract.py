@@ -1,0 +1,202 @@
+"""What every connector declares, and the contract between headrace and its Python data sources.
+
+Sources are Spark Python data sources (``pyspark.sql.datasource``). Besides the
+columns of their schema, every headrace source emits:
+
+* ``_hr_ctl`` (long, nullable): null on data rows. A *control row* has every
+  data column null and ``_hr_ctl`` set to an event time in epoch milliseconds
+  that only the watermark sees: the compiler turns it into the row's event time
+  (plus the declared out-of-orderness) and drops the row right after the
+  watermark operator. A bounded source ends with one control row at
+  ``FLUSH_TIME_MS`` so that the next micro-batch fires every open window.
+* when ``emits_dead_letters`` is true, ``_hr_dead_raw``, ``_hr_dead_error`` and
+  ``_hr_dead_position`` (strings, null on good rows): a record that could not
+  be parsed (its data columns are not read: the row goes to the dead letters only).
+
+Every source takes the Spark options ``hr_run_dir`` and ``hr_source``. When the
+file ``<hr_run_dir>/stop`` exists, ``latestOffset`` must return the offset it
+returned last (the runtime is draining the pipeline to a batch boundary). A
+bounded source writes ``<hr_run_dir>/exhausted/<hr_source>`` once the offset it
+returns covers all its input, flush row included.
+
+Spark counts control rows among a batch's input rows; headrace's progress takes them off
+(``headrace/runtime/progress.py``). A source's flush row is counted from its offsets: the
+end offset of the batch that carries it is the first to hold ``"flushed": true``
+(``flush_rows``). A source that emits other control rows (the test kit's watermark and clock
+rows) sets ``other_control_rows``: the compiler then counts its control rows in each batch
+with an observed metric, which costs a little per row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from headrace.schema import Schema
+from headrace.sink_step import SinkStep
+
+CONTROL_COLUMN = "_hr_ctl"
+DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sent to its dead letters
+DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
+# 9999-12-31: raises the watermark past every real window at the end of a bounded input.
+FLUSH_TIME_MS = 253_402_214_400_000
+FLUSHED = "flushed"  # the offset key of a source whose flush row has been handed out
+
+
+def flush_rows(start: Any, end: Any) -> int:
+    """The flush rows a batch from offset ``start`` to ``end`` carries (0 or 1): one when ``end``
+    is the first offset marked flushed. Offsets come as dicts, or as Spark's JSON text.
+
+    >>> flush_rows({"offset": 5}, {"offset": 9, "flushed": True}), flush_rows('{"flushed": true}', '{"flushed": true}')
+    (1, 0)
+    """
+    def flushed(offset: Any) -> bool:
+        if isinstance(offset, str):
+            try:
+                offset = json.loads(offset)
+            except ValueError:
+                return False
+        return isinstance(offset, dict) and bool(offset.get(FLUSHED))
+    return int(flushed(end) and not flushed(start))
+
+
+def clock_control(time_ms: int) -> int:
+    """The ``_hr_ctl`` value of a control row that moves the test clock of processing-time
+    triggers to ``time_ms``: negative, so that the watermark reads it as time 0."""
+    return -(time_ms + 1)
+
+
+class Guarantee(Enum):
+    """Delivery guarantees, strongest first."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+
+    @property
+    def rank(self) -> int:
+        return list(Guarantee).index(self)
+
+    @staticmethod
+    def weakest(guarantees: list[Guarantee]) -> Guarantee:
+        return max(guarantees, key=lambda g: g.rank, default=Guarantee.EXACTLY_ONCE)
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """Where a running source keeps its run-time files."""
+
+    run_dir: str
+    source_name: str
+
+    def options(self) -> dict[str, str]:
+        return {"hr_run_dir": self.run_dir, "hr_source": self.source_name}
+
+
+class SourceConnector:
+    """A source: a Spark Python data source plus what headrace needs to know about it."""
+
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    emits_dead_letters: bool = False
+    # its read_stream calls count_dead_letters itself, where that costs least (the compiler
+    # otherwise counts the rows of its output with an _hr_dead_error)
+    counts_dead_letters: bool = False
+    test_clock: bool = False  # processing time is the test kit's clock, moved by control rows
+    other_control_rows: bool = False  # control rows besides the flush row (see the module's docstring)
+    drains_on_stop: bool = True  # hands out no new data once the stop file exists (see the module's docstring)
+    real_time: bool = False  # read by Spark's real-time mode (headrace/spark/real_time.py)
+    lowered_as: str = "Python data source"  # for explain
+
+    @property
+    def bounded(self) -> bool:
+        """True when the input ends: the pipeline then runs to completion and flushes its windows."""
+        return False
+
+    def schema(self) -> Schema:
+        raise NotImplementedError
+
+    def data_source(self) -> type:
+        """The ``pyspark.sql.datasource.DataSource`` subclass to register."""
+        raise NotImplementedError
+
+    def options(self) -> dict[str, str]:
+        """Spark options describing this source (strings only)."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description for explain and the plan's JSON."""
+        return {"type": type(self).__name__, **self.options()}
+
+    def offset_identity(self) -> dict[str, Any]:
+        """The settings that fix what an offset means: which records a range of offsets
+        yields. A checkpoint's offsets are only valid for a source with the same identity
+        (``headrace/runtime/compatibility.py``). Default: every option; a connector narrows
+        it to what changes the records, leaving out knobs such as batch sizes."""
+        return dict(self.options())
+
+    def prepare(self, context: SourceContext) -> None:  # noqa: B027 - optional hook
+        """Called on the driver before the query starts (write fixtures, check paths)."""
+
+    def spark_packages(self) -> list[Any]:
+        """The Spark packages (``headrace.runtime.jars.Package``) this source needs."""
+        return []
+
+    def read_stream(self, spark: Any, context: SourceContext) -> Any:
+        """The source's streaming DataFrame: its data columns and the control column (and the
+        dead-letter columns, when it emits dead letters). By default, the Python data source."""
+        data_source: Any = self.data_source()
+        spark.dataSource.register(data_source)
+        return spark.readStream.format(data_source.name()).options(**self.options(), **context.options()).load()
+
+
+class SinkConnector:
+    """A sink. It writes each micro-batch through ``write_batch`` (Spark's foreachBatch),
+    or, when it is a pipeline's only sink and ``native_format`` is set, through Spark's
+    own streaming writer of that format.
+
+    ``write_batch`` must read the whole batch (every row of every partition): Spark commits
+    the state of a batch's stateful operators only when the batch is run to its end, and
+    fails it otherwise (``STATE_STORE_COMMIT_VALIDATION_FAILED``). A sink that skips a batch
+    it committed before says so in ``committed``; the dispatcher then runs the batch itself
+    (``run_batch``) instead of calling ``write_batch``."""
+
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    native_format: str | None = None
+
+    def committed(self, batch_id: int) -> bool:
+        """Whether this sink has already committed ``batch_id`` (Spark replays the batch that
+        was running when a query died): then ``write_batch`` is not called for it."""
+        return False
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        raise NotImplementedError
+
+    def native_options(self) -> dict[str, str]:
+        return {}
+
+    def native_frame(self, df: Any) -> Any:
+        """The rows as Spark's own writer of ``native_format`` takes them."""
+        return df
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": type(self).__name__}
+
+    def prepare(self, run_dir: str) -> None:  # noqa: B027 - optional hook
+        """Called on the driver before the query starts."""
+
+    def spark_packages(self) -> list[Any]:
+        """The Spark packages (``headrace.runtime.jars.Package``) this sink needs."""
+        return []
+
+    def check_schema(self, schema: Any, step: SinkStep) -> None:  # noqa: B027 - optional hook
+        """Called on the driver when the pipeline starts, before the first micro-batch, with the
+        Spark schema of the rows this sink will get; ``step`` names the sink step for every
+        message. A sink whose target has a schema of its own checks it here."""
+
+    def refuses_updates(self) -> str | None:
+        """Why this sink cannot take the rows of Spark's update mode (a group's new value each
+        micro-batch that changes it), or None: it takes each update as a record (a log, a
+        topic, the console), or replaces a row by its key."""
+        return None
