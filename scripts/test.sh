@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Set up, then run every check: ruff, mypy and the test suite (real Spark, real services).
+# Set up, then run every check: ruff, mypy, the import check and the test suite (real Spark, real services).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
-echo "== ruff"; .venv/bin/ruff check headrace tests examples benchmarks
+echo "== ruff"; .venv/bin/ruff check headrace tests examples benchmarks scripts
 echo "== mypy"; .venv/bin/mypy headrace
+echo "== imports"; .venv/bin/python scripts/check_imports.py
 echo "== services"
 if ! bash scripts/services.sh; then
   # The tests that need a missing service skip, saying why; with CI=true they fail.
