@@ -38,7 +38,7 @@ from headrace.schema import arrow_schema, to_ddl
 from headrace.spark.stateful import uses_test_clock
 
 if TYPE_CHECKING:
-    from headrace.spark.lowering import Lowering
+    from headrace.spark.compilation import Compilation
 
 EDGE, TARGET, ORDER, PAYLOAD, FLUSH = "_hr_edge", "_hr_target", "_hr_order", "_hr_payload", "_hr_flush"
 ROWS = pa.schema([(EDGE, pa.int32()), (TARGET, pa.int32()), (ORDER, pa.int64()), (PAYLOAD, pa.binary()),
@@ -90,7 +90,7 @@ def chain_of(plan: Plan, head: OperatorNode) -> list[OperatorNode]:
     return members
 
 
-def lower_operator(node: OperatorNode, lowering: Lowering) -> DataFrame:
+def lower_operator(node: OperatorNode, lowering: Compilation) -> DataFrame:
     if lowering.batch_id is None or lowering.checkpoint is None:
         raise AssertionError(f"operator {node.name!r} is lowered outside a micro-batch")
     sender = fused_into(lowering.plan, node)
@@ -192,7 +192,7 @@ def _rows_batch(rows: list[tuple[int, int, int, bytes | None, bool]]) -> pa.Reco
     return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, ROWS, strict=True)], schema=ROWS)
 
 
-def lower_port(node: PortNode, lowering: Lowering) -> DataFrame:
+def lower_port(node: PortNode, lowering: Compilation) -> DataFrame:
     """The records emitted on an output port, as rows of the port's schema."""
     assert node.schema is not None
     schema = arrow_schema(node.schema)

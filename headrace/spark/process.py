@@ -48,7 +48,7 @@ from headrace.spark.stateful import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from headrace.spark.lowering import Lowering
+    from headrace.spark.compilation import Compilation
 else:
     pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
@@ -118,7 +118,7 @@ def spark_ttl(plan: Plan, node: KeyedProcessNode) -> int | None:
     return max(t for t in ttls if t is not None)
 
 
-def lower_process(node: KeyedProcessNode, lowering: Lowering) -> DataFrame:
+def lower_process(node: KeyedProcessNode, lowering: Compilation) -> DataFrame:
     """The keyed process step as a stateful processor; returns its output records."""
     df, plan = lowering.input(node), lowering.plan
     assert node.schema is not None  # a process step declares its output schema

@@ -32,14 +32,14 @@ from headrace.spark.stateless import without_control
 if TYPE_CHECKING:
     import pandas as pd
 
-    from headrace.spark.lowering import Lowering
+    from headrace.spark.compilation import Compilation
 else:
     pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
 Fold = Callable[[Any, dict[str, Any]], Any]  # (accumulator or None, record) -> accumulator
 
 
-def lower_rolling(node: RollingAggregateNode, lowering: Lowering) -> DataFrame:
+def lower_rolling(node: RollingAggregateNode, lowering: Compilation) -> DataFrame:
     df = without_control(lowering.input(node))
     if node.reduce_fn is None and node.ttl_ms is None:
         return df.groupBy(*[F.col(f"`{k}`") for k in node.keys or ()]).agg(*aggregate_columns(node.aggs))

@@ -42,7 +42,7 @@ from headrace.plan.sql_query import (
 from headrace.spark.stateless import without_control, without_result_time
 
 if TYPE_CHECKING:
-    from headrace.spark.lowering import Lowering
+    from headrace.spark.compilation import Compilation
 
 # The Spark output mode of each query shape; None: stateless.
 SQL_OUTPUT_MODES: dict[str, str | None] = {"stateless": None, "windowed aggregate": "append", "aggregate": "update",
@@ -67,7 +67,7 @@ def sql_lowered_as(plan: Plan, node: SqlNode) -> str:
     return f"Spark SQL over temp views of {views}: {how[node.shape]}"
 
 
-def lower_sql(node: SqlNode, lowering: Lowering) -> DataFrame:
+def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
     spark = lowering.spark
     views: dict[str, str] = {}  # input step -> its view
     control: DataFrame | None = None

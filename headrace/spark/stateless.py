@@ -40,7 +40,7 @@ from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec
 
 if TYPE_CHECKING:
-    from headrace.spark.lowering import Lowering
+    from headrace.spark.compilation import Compilation
 
 
 def is_data() -> Column:
@@ -60,7 +60,7 @@ def without_result_time(df: DataFrame) -> DataFrame:
     return df.drop(RESULT_TIME) if RESULT_TIME in df.columns else df
 
 
-def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
+def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
     """The source's good rows. A source with dead letters also leaves its raw rows (what the
     dead letters read) and its observed raw stream (where a query can stop, to split the
     good rows from the dead letters in each micro-batch) in the compilation."""
@@ -82,7 +82,7 @@ def lower_source(node: SourceNode, lowering: Lowering) -> DataFrame:
     return good_rows(node, df, lowering)
 
 
-def good_rows(node: SourceNode, df: DataFrame, lowering: Lowering) -> DataFrame:
+def good_rows(node: SourceNode, df: DataFrame, lowering: Compilation) -> DataFrame:
     """The rows of a source's (observed) output that go on: not dead letters, and no control
     rows unless an event-time step needs them."""
     if node.connector.emits_dead_letters:
@@ -92,7 +92,7 @@ def good_rows(node: SourceNode, df: DataFrame, lowering: Lowering) -> DataFrame:
     return df
 
 
-def lower_table(node: TableNode, lowering: Lowering) -> DataFrame:
+def lower_table(node: TableNode, lowering: Compilation) -> DataFrame:
     spark = lowering.spark
     if node.rows is not None:
         assert node.schema is not None
@@ -106,7 +106,7 @@ def lower_table(node: TableNode, lowering: Lowering) -> DataFrame:
     return reader.load(node.path)
 
 
-def lower_native(node: NativeStep, lowering: Lowering) -> DataFrame:
+def lower_native(node: NativeStep, lowering: Compilation) -> DataFrame:
     df = lowering.input(node)
     has_control = CONTROL_COLUMN in df.columns
     if node.mode == "filter":
@@ -119,7 +119,7 @@ def lower_native(node: NativeStep, lowering: Lowering) -> DataFrame:
     return df.select(*columns.values(), *[F.col(c) for c in carried])
 
 
-def lower_python(node: PythonStep, lowering: Lowering) -> DataFrame:
+def lower_python(node: PythonStep, lowering: Compilation) -> DataFrame:
     chain = [lowering.plan.nodes[name] for name in lowering.chains[node.name]]
     df = without_result_time(lowering.input(chain[0]))
     has_control = CONTROL_COLUMN in df.columns
@@ -166,7 +166,7 @@ def with_watermark(df: DataFrame, field_name: str, delay_ms: int, *, barrier: bo
     return df.filter(F.spark_partition_id() >= 0) if barrier else df
 
 
-def lower_event_time(node: EventTimeNode, lowering: Lowering) -> DataFrame:
+def lower_event_time(node: EventTimeNode, lowering: Compilation) -> DataFrame:
     df = lowering.input(node)
     field_name = node.event_time
     assert field_name is not None
@@ -178,11 +178,11 @@ def lower_event_time(node: EventTimeNode, lowering: Lowering) -> DataFrame:
     return with_watermark(df, field_name, node.delay_ms, barrier=lowering.filters_before_window(after))
 
 
-def lower_key_by(node: Node, lowering: Lowering) -> DataFrame:
+def lower_key_by(node: Node, lowering: Compilation) -> DataFrame:
     return lowering.input(node)
 
 
-def lower_join(node: JoinNode, lowering: Lowering) -> DataFrame:
+def lower_join(node: JoinNode, lowering: Compilation) -> DataFrame:
     df = lowering.input(node)
     table = lowering.input(node, 1)
     on = list(node.on)
@@ -198,7 +198,7 @@ def lower_join(node: JoinNode, lowering: Lowering) -> DataFrame:
     return joined.drop("_hr_matched")
 
 
-def lower_union(node: UnionNode, lowering: Lowering) -> DataFrame:
+def lower_union(node: UnionNode, lowering: Compilation) -> DataFrame:
     frames = [lowering.input(node, index) for index in range(len(node.inputs))]
     result = frames[0]
     for other in frames[1:]:
@@ -206,7 +206,7 @@ def lower_union(node: UnionNode, lowering: Lowering) -> DataFrame:
     return result
 
 
-def lower_dead_letters(node: DeadLettersNode, lowering: Lowering) -> DataFrame:
+def lower_dead_letters(node: DeadLettersNode, lowering: Compilation) -> DataFrame:
     parts = []
     for source in node.inputs:
         lowering.frame(source)
@@ -220,7 +220,7 @@ def lower_dead_letters(node: DeadLettersNode, lowering: Lowering) -> DataFrame:
     return result
 
 
-def lower_sink(node: SinkNode, lowering: Lowering) -> DataFrame:
+def lower_sink(node: SinkNode, lowering: Compilation) -> DataFrame:
     df = without_result_time(without_control(lowering.input(node)))
     if lowering.batch_id is None:  # compiling the query, before it starts (not inside a micro-batch)
         node.connector.check_schema(df.schema, SinkStep(node.name, node.defined_at))

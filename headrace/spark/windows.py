@@ -57,7 +57,7 @@ from headrace.spark.stateless import without_control
 if TYPE_CHECKING:
     import pandas as pd
 
-    from headrace.spark.lowering import Lowering
+    from headrace.spark.compilation import Compilation
 else:
     pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
@@ -310,7 +310,7 @@ def window_lowered_as(plan: Plan, node: WindowAggregateNode) -> str:
     return f"native Spark {operator} aggregate, {mode} mode (its semantics match Spark's operator)"
 
 
-def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
+def lower_window(node: WindowAggregateNode, lowering: Compilation) -> DataFrame:
     """The window step: Spark's native window aggregate where its semantics match, otherwise
     the stateful processor (whose raw output, panes and late records, the compilation keeps)."""
     if window_needs_processor(lowering.plan, node):
@@ -343,7 +343,7 @@ def lower_window(node: WindowAggregateNode, lowering: Lowering) -> DataFrame:
                           *[F.col(f"`{name}`") for name, _ in node.aggs], *timed)
 
 
-def lower_late_records(node: LateRecordsNode, lowering: Lowering) -> DataFrame:
+def lower_late_records(node: LateRecordsNode, lowering: Compilation) -> DataFrame:
     lowering.frame(node.inputs[0])
     return window_late_records(lowering.raw_windows[node.inputs[0]])
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-class Lowering(Protocol):
+class Compilation(Protocol):
     """One compilation: the plan, the session, the DataFrames built so far and where the
     watermarks go."""
 
