@@ -294,3 +294,17 @@ def test_the_kafka_clients_log_shows_only_with_verbose():
     assert quiet.stderr == ""
     assert verbose.stderr == ("headrace: headrace.kafka: GETPID [rdkafka#producer-2]: Failed to acquire "
                               "transactional PID: retrying\n")
+
+
+def test_the_jvms_stderr_keeps_a_users_traceback_and_drops_a_worker_cut_off_as_the_run_stops():
+    from headrace.runtime.session import pass_on_stderr
+
+    cut_off = [b"Traceback (most recent call last):\n",
+               b'  File "/v/pyspark.zip/pyspark/daemon.py", line 262, in manager\n',
+               b'  File "/v/pyspark.zip/pyspark/serializers.py", line 602, in read_int\n',
+               b"    raise EOFError\n", b"EOFError\n"]
+    users = [b"Traceback (most recent call last):\n", b'  File "/app/fraud.py", line 9, in score\n',
+             b"    raise EOFError\n", b"EOFError\n"]
+    shown: list[bytes] = []
+    pass_on_stderr([*cut_off, b"\n", *users, b"after\n"], shown.append)
+    assert shown == [*users, b"after\n"]

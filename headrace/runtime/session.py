@@ -272,24 +272,50 @@ JVM_STDERR_NOISE = re.compile(rb"^WARNING: Using incubator modules: "
 
 
 def pass_on_stderr(lines: Iterable[bytes], write: Callable[[bytes], Any]) -> None:
-    r"""``write`` each of ``lines`` but the noise (and the blank line a noisy ``print`` adds).
+    r"""``write`` each of ``lines`` but the noise (and the blank line a noisy ``print`` adds). A
+    Python worker's traceback is held until it ends: one that only says the JVM closed the
+    worker's connection (``EOFError`` in pyspark's own code, as a run stops) is noise too.
 
     >>> shown = []
     >>> pass_on_stderr([b"WARNING: Using incubator modules: jdk.incubator.vector\n",
     ...                 b"Starting Streaming TransformWithStateInPandas Python worker.\n", b"\n",
+    ...                 b"Traceback (most recent call last):\n",
+    ...                 b'  File "/x/pyspark.zip/pyspark/serializers.py", line 602, in read_int\n',
+    ...                 b"    raise EOFError\n", b"EOFError\n",
     ...                 b"[warning][gc] real\n", b"\n"], shown.append)
     >>> shown
     [b'[warning][gc] real\n', b'\n']
     """
     after_noise = False
+    traceback: list[bytes] = []
     for line in lines:
+        if traceback or line.startswith(b"Traceback (most recent call last):"):
+            traceback.append(line)
+            if len(traceback) == 1 or line[:1] in (b" ", b"\t"):
+                continue  # the traceback goes on until its exception's line
+            shown, after_noise = ([], True) if _worker_lost_its_jvm(traceback) else (traceback, False)
+            traceback = []
+            for held in shown:
+                _write_stderr(write, held)
+            continue
         noise = bool(JVM_STDERR_NOISE.search(line)) or (after_noise and not line.strip())
         after_noise = noise
         if not noise:
-            try:
-                write(line)
-            except OSError:
-                pass  # stderr closed: keep draining the pipe, or the JVM would block writing to it
+            _write_stderr(write, line)
+    for held in traceback:
+        _write_stderr(write, held)
+
+
+def _worker_lost_its_jvm(traceback: list[bytes]) -> bool:
+    files = [line for line in traceback if line.lstrip().startswith(b'File "')]
+    return traceback[-1].strip() == b"EOFError" and all(b"pyspark" in line for line in files)
+
+
+def _write_stderr(write: Callable[[bytes], Any], line: bytes) -> None:
+    try:
+        write(line)
+    except OSError:
+        pass  # stderr closed: keep draining the pipe, or the JVM would block writing to it
 
 
 def _launch_jvm(conf: Any) -> Any:
