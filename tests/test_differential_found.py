@@ -5,6 +5,7 @@ fixed ones that tests/test_found_defects.py does not hold stay here, unmarked.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,17 @@ import pytest
 import headrace as hr
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource, run_to_completion
+
+KEY_TS = {"key": "string", "ts": "long"}
+
+
+def micro_batches(tmp_path: Path, batches: list[list[dict]], schema: dict[str, str] = KEY_TS) -> hr.sources.Files:
+    """A bounded Files source that reads ``batches`` as one JSON-lines file each, a micro-batch a
+    file, one after the other without a pause."""
+    (tmp_path / "in").mkdir()
+    for number, batch in enumerate(batches):
+        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
+    return hr.sources.Files(str(tmp_path / "in"), "jsonl", schema, bounded=True, max_files_per_batch=1)
 
 
 def test_two_sinks_of_a_window_beside_the_dead_letters_get_the_same_rows(spark, tmp_path: Path):
@@ -45,16 +57,10 @@ def _counts_after(step: str, tmp_path: Path) -> tuple[list[tuple[float, int]], i
     """Per-second counts of key a after ``step`` drops the record at 9 s, which docs/semantics.md
     says the watermark still sees (the largest event time seen by the source): the record at
     0.2 s in the next micro-batch is then late for [0 s, 1 s)."""
-    import json
-
     p = hr.Pipeline(f"found_watermark_{step}")
     batches = [[{"key": "c", "value": 0, "ts": 9_000}, {"key": "a", "value": 10, "ts": 100}],
                [{"key": "a", "value": 10, "ts": 200}]]
-    (tmp_path / "in").mkdir()
-    for number, batch in enumerate(batches):  # a file a micro-batch
-        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
-    files = hr.sources.Files(str(tmp_path / "in"), "jsonl", {"key": "string", "value": "long", "ts": "long"},
-                             bounded=True, max_files_per_batch=1)
+    files = micro_batches(tmp_path, batches, {"key": "string", "value": "long", "ts": "long"})
     events = p.source("events", files, event_time="ts")
     if step == "filter":
         kept = events.filter(hr.col("value") > 5)
@@ -104,15 +110,9 @@ def test_a_sum_of_nulls_is_null_however_the_window_runs(spark, tmp_path: Path):
 
 
 def test_an_sql_window_drops_a_late_record(spark, tmp_path: Path):
-    import json
-
-    (tmp_path / "in").mkdir()
     batches = [[{"key": "a", "ts": 500}, {"key": "b", "ts": 2_500}], [{"key": "a", "ts": 600}]]
-    for number, batch in enumerate(batches):  # a file a micro-batch, read one after the other without a pause
-        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
     p = hr.Pipeline("found_sql_lateness")
-    p.source("events", hr.sources.Files(str(tmp_path / "in"), "jsonl", {"key": "string", "ts": "long"},
-                                        bounded=True, max_files_per_batch=1), event_time="ts")
+    p.source("events", micro_batches(tmp_path, batches), event_time="ts")
     sink = TestSink()
     p.sql("SELECT window, key, count(*) AS n FROM events GROUP BY window(ts, '1 second'), key").sink("out", sink)
     PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
@@ -124,15 +124,9 @@ def test_an_sql_window_drops_a_late_record(spark, tmp_path: Path):
 def test_two_windows_side_by_side_each_drop_the_record_late_for_the_batchs_watermark(spark, tmp_path: Path):
     """Two windows on the same events in one query (a tumbling and a session window): each judges the
     record at 0.2 s against the watermark its micro-batch starts with (9 s), drops it, and counts it."""
-    import json
-
     batches = [[{"key": "c", "ts": 9_000}, {"key": "a", "ts": 100}], [{"key": "a", "ts": 200}]]
-    (tmp_path / "in").mkdir()
-    for number, batch in enumerate(batches):  # a file a micro-batch
-        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
     p = hr.Pipeline("found_side_by_side")
-    events = p.source("events", hr.sources.Files(str(tmp_path / "in"), "jsonl", {"key": "string", "ts": "long"},
-                                                 bounded=True, max_files_per_batch=1), event_time="ts")
+    events = p.source("events", micro_batches(tmp_path, batches), event_time="ts")
     tumbling, sessions = TestSink(), TestSink()
     events.key_by("key").window(hr.Tumbling(1_000)).count().sink("tumbling", tumbling)
     events.key_by("key").window(hr.Session(500)).count().sink("sessions", sessions)
@@ -160,15 +154,9 @@ def test_event_time_timers_fire_after_a_timer_at_time_zero(spark, tmp_path: Path
     headrace has a watermark; the key's later timers must still fire. Timers fire once the watermark
     (largest event time - 2 s) reaches them: 0 ms in the second micro-batch (watermark 6.612 s) after
     two records, 7.815 s and 8.612 s at the end of the input after three."""
-    import json
-
     batches = [[{"key": "b", "ts": 0}, {"key": "b", "ts": 8_612}], [{"key": "b", "ts": 7_815}]]
-    (tmp_path / "in").mkdir()
-    for number, batch in enumerate(batches):  # a file a micro-batch
-        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
     p = hr.Pipeline("found_timer_at_zero")
-    events = p.source("events", hr.sources.Files(str(tmp_path / "in"), "jsonl", {"key": "string", "ts": "long"},
-                                                 bounded=True, max_files_per_batch=1), event_time="ts",
+    events = p.source("events", micro_batches(tmp_path, batches), event_time="ts",
                       max_out_of_orderness="2s")
     events.key_by("key").process(_TimerAtEachRecord(), schema={"key": "string", "at": "long", "seen": "long"}
                                  ).sink("out", TestSink())
@@ -181,15 +169,9 @@ def test_a_late_record_that_would_bridge_into_an_open_session_is_dropped_in_a_ch
     after the watermark reached 2.783 s: its own session [0.063 s, 2.563 s) has ended, so it is late
     (docs/semantics.md: checked before merging), though it would touch a's open session from 2.122 s.
     The session runs on the processor here (the first window of a chain) and judges as Spark does."""
-    import json
-
     batches = [[{"key": "a", "ts": 2_122}, {"key": "c", "ts": 3_283}], [{"key": "a", "ts": 63}]]
-    (tmp_path / "in").mkdir()
-    for number, batch in enumerate(batches):  # a file a micro-batch
-        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
     p = hr.Pipeline("found_session_bridge")
-    events = p.source("events", hr.sources.Files(str(tmp_path / "in"), "jsonl", {"key": "string", "ts": "long"},
-                                                 bounded=True, max_files_per_batch=1), event_time="ts",
+    events = p.source("events", micro_batches(tmp_path, batches), event_time="ts",
                       max_out_of_orderness=500)
     sessions = events.key_by("key").window(hr.Session(2_500)).aggregate(n=hr.count())
     sink = TestSink()
