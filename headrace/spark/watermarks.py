@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import EventTimeNode, NativeStep, Node, PythonStep
@@ -24,24 +24,31 @@ class WatermarkPlacement:
         self.plan = plan
         self.chains = {chain[-1]: chain for chain in python_chains(plan)}
 
+    def _downstream(self, names: Iterable[str], goes_past: Callable[[Node], bool]) -> Iterator[Node]:
+        """The nodes records entering the nodes ``names`` meet, each once; past a node only where
+        ``goes_past(node)``."""
+        todo, seen = list(names), set()
+        while todo:
+            node = self.plan.nodes[todo.pop()]
+            if node.name in seen:
+                continue
+            seen.add(node.name)
+            yield node
+            if goes_past(node):
+                todo.extend(c.name for c in self.plan.consumers(node.name))
+
     def _reach(self, names: Iterable[str]) -> tuple[bool, bool]:
         """What records entering the nodes ``names`` meet, until a window: (a window, a step
         that declares the watermark again)."""
-        window = redeclared = False
-        todo, seen = list(names), set()
-        while todo:
-            current = self.plan.nodes[todo.pop()]
-            if current.name in seen:
-                continue
-            seen.add(current.name)
-            if spec_of(current).reads_watermark:
-                window = True
-            elif isinstance(current, EventTimeNode) or (
-                    isinstance(current, PythonStep) and current.event_time is not None):
-                redeclared = True
-            else:
-                todo.extend(c.name for c in self.plan.consumers(current.name))
-        return window, redeclared
+        def declares_again(node: Node) -> bool:
+            return isinstance(node, EventTimeNode) or (isinstance(node, PythonStep) and node.event_time is not None)
+
+        def stops(node: Node) -> bool:
+            return spec_of(node).reads_watermark or declares_again(node)
+
+        met = list(self._downstream(names, lambda node: not stops(node)))
+        return (any(spec_of(n).reads_watermark for n in met),
+                any(declares_again(n) and not spec_of(n).reads_watermark for n in met))
 
     def _carries_time(self, name: str) -> bool:
         return self.plan.nodes[name].event_time is not None and self.watermark_delay(name) is not None
@@ -85,17 +92,9 @@ class WatermarkPlacement:
         removes would no longer move the watermark): a native filter, a join with a table (its
         inferred not-null filters), an SQL query (WHERE, joins). Then the watermark needs a
         barrier above it (``headrace/spark/stateless.py``, ``with_watermark``)."""
-        todo, seen = list(names), set()
-        while todo:
-            node = self.plan.nodes[todo.pop()]
-            if node.name in seen:
-                continue
-            seen.add(node.name)
-            if node.kind in ("sql", "join") or (isinstance(node, NativeStep) and node.mode == "filter"):
-                return True
-            if not spec_of(node).reads_watermark and not spec_of(node).stateful:
-                todo.extend(c.name for c in self.plan.consumers(node.name))
-        return False
+        met = self._downstream(names, lambda node: not spec_of(node).reads_watermark and not spec_of(node).stateful)
+        return any(node.kind in ("sql", "join") or (isinstance(node, NativeStep) and node.mode == "filter")
+                   for node in met)
 
     def where_taken(self, node: Node) -> str:
         """For ``explain``: where the watermark of the event-time declaration ``node`` is taken."""
