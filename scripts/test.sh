@@ -16,7 +16,8 @@ fi
 # a core idle much of the time. HEADRACE_TEST_WORKERS=0 runs them in this process.
 workers=${HEADRACE_TEST_WORKERS:-2}
 parallel=()
-[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+# A test whose process ends on a stall (tests/stall_watchdog.py) runs once more, in a fresh one.
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --reruns 1 --only-rerun "crashed while running")
 echo "== pytest"; .venv/bin/python -m pytest -q "${parallel[@]}" --durations=25 "$@"
 shared_cases="$PWD/../shared/conformance/cases.json"
 if [ -f "$shared_cases" ]; then

@@ -5,6 +5,8 @@ import pytest
 from headrace.connectors.postgres import redact_dsn
 from headrace.runtime.session import get_session
 
+pytest_plugins = ["stall_watchdog"]  # a test that stalls prints its stacks and is run once more
+
 PG_DSN = os.environ.get("HEADRACE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
