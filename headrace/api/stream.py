@@ -39,9 +39,7 @@ from headrace.plan.nodes import (
 )
 from headrace.process import KeyedProcessFunction, check_process_function
 from headrace.runtime.admission import BatchDuration
-from headrace.runtime.runner import run
 from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, Schema, is_record_class, schema_of
-from headrace.spark.explain import explain_text
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
 from headrace.spark.specs import check_sink_takes_updates, updating_step
@@ -195,6 +193,8 @@ class Pipeline:
     def explain(self) -> str:
         """The DAG, how each node is lowered to Spark and the pipeline's delivery guarantee."""
         check_plan(self.plan)
+        from headrace.spark.explain import explain_text  # names Spark's lowerings: loads pyspark
+
         return explain_text(self.plan)
 
     def to_json(self) -> dict[str, Any]:
@@ -204,6 +204,8 @@ class Pipeline:
     def run(self, **options: Any) -> Any:
         """Run until stopped (Ctrl-C, SIGTERM) or until a bounded input is exhausted.
         Options are those of :func:`headrace.run`."""
+        from headrace.runtime.runner import run  # the driver and Spark load when a pipeline runs, not when it is built
+
         return run(self, **options)
 
     def __repr__(self) -> str:

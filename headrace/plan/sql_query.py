@@ -37,6 +37,8 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import EventTimeNode, SinkNode, SourceNode, SqlNode, TableNode
 
 STATELESS, WINDOWED, AGGREGATE, DISTINCT = "stateless", "windowed aggregate", "aggregate", "distinct"
+# The Spark output mode of each query shape; None: stateless.
+SQL_OUTPUT_MODES: dict[str, str | None] = {STATELESS: None, WINDOWED: "append", AGGREGATE: "update", DISTINCT: "append"}
 WINDOW_FUNCTIONS = ("window", "session_window")
 # Spark aggregate functions sqlglot reads as plain (anonymous) functions.
 MORE_AGGREGATES = frozenset({"mean", "every", "some", "any", "bool_or", "histogram_numeric", "try_sum", "try_avg",

@@ -53,7 +53,7 @@ from headrace.plan.nodes import SinkNode, SourceNode, WindowAggregateNode
 from headrace.runtime.checkpoints import has_batches, read_plan, write_plan
 from headrace.spark.specs import STATEFUL_KINDS, native_sink_format, spec_of
 from headrace.spark.stages import earlier_stateful
-from headrace.spark.windows import window_needs_processor
+from headrace.spark.window_choice import window_needs_processor
 
 RECORD_FORMAT = 1
 ROLES = ("source", "stateful step", "sink", "step")

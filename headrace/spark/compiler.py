@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node, SourceNode, WindowAggregateNode
+from headrace.spark.clocks import uses_test_clock
 from headrace.spark.lowerings import LOWERINGS
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.specs import (
@@ -24,10 +25,10 @@ from headrace.spark.specs import (
     spec_of,
 )
 from headrace.spark.stages import result_time_needed
-from headrace.spark.stateful import uses_test_clock
 from headrace.spark.stateless import good_rows, with_watermark
 from headrace.spark.watermarks import WatermarkPlacement
-from headrace.spark.windows import window_needs_processor, window_panes
+from headrace.spark.window_choice import window_needs_processor
+from headrace.spark.windows import window_panes
 
 
 @dataclass

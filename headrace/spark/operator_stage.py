@@ -35,7 +35,7 @@ from headrace.plan.nodes import Edge, OperatorNode, PortNode
 from headrace.runtime import storage
 from headrace.runtime.operator_state import OperatorStateStore
 from headrace.schema import arrow_schema, to_ddl
-from headrace.spark.stateful import uses_test_clock
+from headrace.spark.clocks import uses_test_clock
 
 if TYPE_CHECKING:
     from headrace.spark.compilation import Compilation

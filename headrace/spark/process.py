@@ -24,10 +24,10 @@ from headrace.code_locations import function_label
 from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.lazy_modules import LazyModule
 from headrace.operators.process_logic import ProcessLogic, ProcessState, to_watermark
-from headrace.plan.graph import Plan
 from headrace.plan.nodes import RESULT_TIME, KeyedProcessNode
-from headrace.process import EVENT_TIME, declared_state
+from headrace.process import EVENT_TIME
 from headrace.schema import to_ddl
+from headrace.spark.clocks import spark_ttl, uses_test_clock
 from headrace.spark.stateful import (
     GROUP,
     SEQUENCE,
@@ -42,7 +42,6 @@ from headrace.spark.stateful import (
     output_frame,
     prepare_input,
     read_group,
-    uses_test_clock,
 )
 
 if TYPE_CHECKING:
@@ -105,17 +104,6 @@ class KeyedProcessDriver(StatefulProcessor):
 
     def close(self) -> None:
         pass
-
-
-def spark_ttl(plan: Plan, node: KeyedProcessNode) -> int | None:
-    """Spark's TTL for a key's state: the longest declared TTL when every state has one. None
-    under the test clock (headrace's own TTL on that clock is the only one) and with event
-    time (Spark's TTL needs its processing-time mode, which has no event-time timers): then a
-    quiet key's expired state goes when the key next runs."""
-    ttls = [state.ttl_ms for state in declared_state(type(node.fn)).values()]
-    if uses_test_clock(plan) or plan.nodes[node.inputs[0]].event_time or not ttls or None in ttls:
-        return None
-    return max(t for t in ttls if t is not None)
 
 
 def lower_process(node: KeyedProcessNode, lowering: Compilation) -> DataFrame:

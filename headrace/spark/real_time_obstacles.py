@@ -8,7 +8,7 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node, SourceNode
 from headrace.spark.real_time import REAL_TIME, WRITERS
 from headrace.spark.specs import spec_of
-from headrace.spark.windows import window_needs_processor
+from headrace.spark.window_choice import window_needs_processor
 
 
 def _node_obstacle(plan: Plan, node: Node) -> str | None:

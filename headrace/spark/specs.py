@@ -16,9 +16,9 @@ from typing import Any
 from headrace.errors import PlanError, step_error
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import KeyByNode, Node, PythonStep
-from headrace.spark.process import spark_ttl
+from headrace.plan.sql_query import SQL_OUTPUT_MODES
+from headrace.spark.clocks import spark_ttl
 from headrace.spark.real_time import REAL_TIME
-from headrace.spark.sql import SQL_OUTPUT_MODES
 
 
 def _no_output_mode(node: Any) -> str | None:
@@ -260,7 +260,7 @@ def check_operators(plan: Plan) -> None:
 
 def _sink_kind(connector: Any) -> str:
     """The name a user calls the sink's connector by (``Files`` for ``hr.sinks.Files``)."""
-    from headrace import sinks
+    from headrace import sinks  # every sink's module: only when a message names one
 
     return next((name for name in sinks.__all__ if getattr(sinks, name) is type(connector)), type(connector).__name__)
 

@@ -32,6 +32,7 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import SqlNode
 from headrace.plan.sql_query import (
     DISTINCT,
+    SQL_OUTPUT_MODES,
     Position,
     Rewritten,
     query_error,
@@ -44,9 +45,6 @@ from headrace.spark.stateless import without_control, without_result_time
 if TYPE_CHECKING:
     from headrace.spark.compilation import Compilation
 
-# The Spark output mode of each query shape; None: stateless.
-SQL_OUTPUT_MODES: dict[str, str | None] = {"stateless": None, "windowed aggregate": "append", "aggregate": "update",
-                                            "distinct": "append"}
 
 
 def view_name(pipeline: str, step: str, source: str) -> str:

@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from headrace.contract import CONTROL_COLUMN
 from headrace.lazy_modules import LazyModule
 from headrace.schema import INTEGER_DTYPES
+from headrace.spark.clocks import uses_test_clock
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,11 +46,6 @@ GROUP = "_hr_group"  # the one group of a step over a whole stream
 
 def grouping_columns(keys: list[str]) -> list[str]:
     return keys or [GROUP]
-
-
-def uses_test_clock(plan: Any) -> bool:
-    """Processing time comes from the test kit's clock when a source says so (TestSource)."""
-    return any(getattr(source.connector, "test_clock", False) for source in plan.sources())
 
 
 def clock_keys(plan: Any, keys: list[str]) -> list[tuple[Any, ...]] | None:

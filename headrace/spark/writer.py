@@ -63,13 +63,14 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         stream, dispatch = _tagged(plan, compiled, sinks, run_dir)
     if native:
         stream = sinks[0].connector.native_frame(stream)
+    stateful_steps = stages.stateful_steps(plan)
     # the query runs on a copy of the session's settings taken when it starts
-    stream.sparkSession.conf.set(stages.EXCHANGE_REUSE, "false" if stages.stateful_steps(plan) > 1 else "true")
-    stream.sparkSession.conf.set(stages.ALLOW_MULTIPLE, "true" if stages.stateful_steps(plan) > 1 else "false")
+    stream.sparkSession.conf.set(stages.EXCHANGE_REUSE, "false" if stateful_steps > 1 else "true")
+    stream.sparkSession.conf.set(stages.ALLOW_MULTIPLE, "true" if stateful_steps > 1 else "false")
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
               .outputMode(compiled.output_mode))
     if plan.trigger == REAL_TIME:
-        if stages.stateful_steps(plan):
+        if stateful_steps:
             for key, value in real_time.STATE_SETTINGS.items():
                 stream.sparkSession.conf.set(key, value)
         writer = writer.trigger(realTime=asked_interval or real_time.REAL_TIME_BATCH)  # type: ignore[call-overload]
@@ -77,7 +78,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         writer = writer.trigger(processingTime=interval)
     if native:
         writer = writer.format(native).options(**sinks[0].connector.native_options())
-        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stages.stateful_steps(plan):
+        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stateful_steps:
             writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
         writer = writer.foreachBatch(dispatch)
