@@ -29,6 +29,7 @@ with an observed metric, which costs a little per row.
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 from enum import Enum
@@ -108,6 +109,9 @@ class SourceConnector:
     drains_on_stop: bool = True  # hands out no new data once the stop file exists (see the module's docstring)
     real_time: bool = False  # read by Spark's real-time mode (headrace/spark/real_time.py)
     lowered_as: str = "Python data source"  # for explain
+    # The pyspark DataSource that reads for this source, as "module:Class", imported when a
+    # query starts (so that building a plan never loads pyspark); or override data_source().
+    spark_data_source: str = ""
 
     @property
     def bounded(self) -> bool:
@@ -119,7 +123,10 @@ class SourceConnector:
 
     def data_source(self) -> type:
         """The ``pyspark.sql.datasource.DataSource`` subclass to register."""
-        raise NotImplementedError
+        if not self.spark_data_source:
+            raise NotImplementedError(f"{type(self).__name__} names no Spark data source")
+        module, _, name = self.spark_data_source.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def options(self) -> dict[str, str]:
         """Spark options describing this source (strings only)."""

@@ -19,11 +19,11 @@ from headrace.connectors.files_source import FileSource, FileStreamReader
 from headrace.connectors.generator import (
     YSB_ADS_SCHEMA,
     Generator,
-    GeneratorStreamReader,
     generate,
     ysb_ads,
 )
 from headrace.connectors.socket import Socket
+from headrace.connectors.spark_readers.generator import GeneratorStreamReader
 from headrace.errors import PlanError, SourceError
 
 UTC = pa.timestamp("us", tz="UTC")
@@ -389,7 +389,7 @@ def test_socket_reads_lines_until_the_peer_closes(spark: Any, tmp_path: Any) -> 
 
 
 def test_socket_connection_failure_is_reported(tmp_path: Any) -> None:
-    from headrace.connectors.socket import SocketStreamReader
+    from headrace.connectors.spark_readers.socket import SocketStreamReader
 
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]

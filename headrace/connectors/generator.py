@@ -24,8 +24,6 @@ up in bounded steps.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -33,13 +31,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import mark_exhausted, stop_requested
-from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, FLUSHED, Guarantee, SourceConnector
+from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, Guarantee, SourceConnector
 from headrace.errors import PlanError
-from headrace.runtime.admission import adaptive_cap, backlog, combined_cap
-from headrace.schema import Schema, arrow_schema, arrow_type, to_ddl
+from headrace.schema import Schema, arrow_schema, arrow_type
 
 YSB_SCHEMA: Schema = (
     ("user_id", "string"),
@@ -264,122 +259,6 @@ def ysb_ads(num_campaigns: int = 100, ads_per_campaign: int = 10) -> list[dict[s
     ]
 
 
-# ----------------------------------------------------------------------------------------
-# Spark Python data source.
-
-class GeneratorRange(InputPartition):
-    """Events [start, end) of one micro-batch, plus the flush row when ``flush``."""
-
-    def __init__(self, start: int, end: int, start_ms: int, flush: bool) -> None:
-        super().__init__((start, end))
-        self.start, self.end, self.start_ms, self.flush = start, end, start_ms, flush
-
-
-def _optional(options: dict[str, str], key: str) -> str | None:
-    value = options.get(key)
-    return None if value in (None, "", "none", "None") else value
-
-
-class GeneratorStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
-        self.kind = options.get("kind", "ysb")
-        rate = _optional(options, "rate")
-        self.rate = None if rate is None else float(rate)
-        limit = _optional(options, "limit")
-        self.limit = None if limit is None else int(limit)
-        self.rows_per_batch = int(options.get("rows_per_batch", DEFAULT_ROWS_PER_BATCH))
-        self.num_partitions = int(options.get("partitions", 2))
-        self.seed = int(options.get("seed", 0))
-        start_ms = _optional(options, "start_ms")
-        self.start_ms = None if start_ms is None else int(start_ms)
-        self.chunk_rows = int(options.get("arrow_batch_rows", CHUNK_ROWS))  # tuning knob, not in options()
-        self._marked = False
-        self._backlog: int | None = None
-
-    def initialOffset(self) -> dict:
-        # Spark calls this more than once for a new query (before the first latestOffset and
-        # again before planning the first batch): the wall-clock start must not move.
-        if self.start_ms is None:
-            self.start_ms = int(time.time() * 1000) if self.rate is not None else DEFAULT_START_MS
-        return {"offset": 0, "start_ms": self.start_ms}
-
-    def _exhausted(self) -> None:
-        if not self._marked:
-            mark_exhausted(self.options)
-            self._marked = True
-
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if start.get(FLUSHED):
-            self._exhausted()
-            return start
-        if stop_requested(self.options):
-            return start
-        produced, start_ms = int(start["offset"]), int(start["start_ms"])
-        max_rows = getattr(limit, "max_rows", None)
-        cap = combined_cap(self.rows_per_batch, adaptive_cap(self.options), None if max_rows is None else int(max_rows))
-        available = self.limit  # the events there are by now: None for an endless, unpaced generator
-        if self.rate is not None:
-            due = int((time.time() * 1000 - start_ms) * self.rate // 1000)
-            available = due if available is None else min(available, due)
-        latest = produced + (cap or self.rows_per_batch)
-        if available is not None:
-            latest = min(latest, available)
-            self._backlog = max(0, available - latest)
-        offset: dict[str, Any] = {"offset": max(latest, produced), "start_ms": start_ms}
-        if self.limit is not None and offset["offset"] >= self.limit:
-            offset[FLUSHED] = True
-            self._exhausted()
-        return offset
-
-    def reportLatestOffset(self) -> dict | None:
-        return None if self._backlog is None else backlog(self._backlog)
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        first, last = int(start["offset"]), int(end["offset"])
-        flush = bool(end.get(FLUSHED)) and not start.get(FLUSHED)
-        start_ms = int(end["start_ms"])
-        count = max(1, min(self.num_partitions, last - first))
-        bounds = [first + (last - first) * k // count for k in range(count + 1)]
-        parts: list[InputPartition] = [
-            GeneratorRange(lo, hi, start_ms, flush=False) for lo, hi in zip(bounds, bounds[1:]) if hi > lo
-        ]
-        if flush:
-            if parts:
-                last_part = parts[-1]
-                assert isinstance(last_part, GeneratorRange)
-                last_part.flush = True
-            else:
-                parts.append(GeneratorRange(last, last, start_ms, flush=True))
-        return parts
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, GeneratorRange)
-        for lo in range(partition.start, partition.end, self.chunk_rows):
-            hi = min(lo + self.chunk_rows, partition.end)
-            yield generate(self.kind, lo, hi, seed=self.seed, start_ms=partition.start_ms, rate=self.rate)
-        if partition.flush:
-            yield flush_batch(batch_schema(self.kind))
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-class GeneratorDataSource(DataSource):
-    """Spark data source ``headrace_generator``; options as produced by ``Generator.options()``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "headrace_generator"
-
-    def schema(self) -> str:
-        kind = self.options.get("kind", "ysb")
-        return to_ddl((*SCHEMAS[kind], (CONTROL_COLUMN, "long")))
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return GeneratorStreamReader(dict(self.options))
-
-
 @dataclass(frozen=True)
 class Generator(SourceConnector):
     """Synthetic events: ``kind`` is "ysb" (Yahoo Streaming Benchmark ad events),
@@ -403,6 +282,7 @@ class Generator(SourceConnector):
 
     guarantee = Guarantee.EXACTLY_ONCE
     emits_dead_letters = False
+    spark_data_source = "headrace.connectors.spark_readers.generator:GeneratorDataSource"
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEMAS:
@@ -422,9 +302,6 @@ class Generator(SourceConnector):
 
     def schema(self) -> Schema:
         return SCHEMAS[self.kind]
-
-    def data_source(self) -> type:
-        return GeneratorDataSource
 
     def options(self) -> dict[str, str]:
         options = {

@@ -7,24 +7,19 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
-from headrace.connectors.base import mark_exhausted
 from headrace.contract import (
-    CONTROL_COLUMN,
     FLUSH_TIME_MS,
     Guarantee,
     SinkConnector,
     SourceConnector,
     SourceContext,
-    clock_control,
 )
 from headrace.errors import PlanError
-from headrace.schema import Schema, arrow_schema, schema_of, to_ddl
+from headrace.schema import Schema, schema_of
 
 __all__ = ["ProcessingTime", "TestSink", "TestSource", "Watermark"]
 
@@ -50,13 +45,13 @@ class Watermark:
         return int(self.time)
 
 
-def _folder(run_dir: str) -> str:
+def steps_folder(run_dir: str) -> str:
     return os.path.join(run_dir, "test_source")
 
 
-def _released(run_dir: str, name: str) -> int:
+def released_steps(run_dir: str, name: str) -> int:
     try:
-        with open(os.path.join(_folder(run_dir), f"{name}.released")) as handle:
+        with open(os.path.join(steps_folder(run_dir), f"{name}.released")) as handle:
             return int(handle.read().strip() or 0)
     except FileNotFoundError:
         return 0
@@ -72,6 +67,7 @@ class TestSource(SourceConnector):
     guarantee = Guarantee.EXACTLY_ONCE
     paced = True
     test_clock = True
+    spark_data_source = "headrace.connectors.spark_readers.scripted:TestDataSource"
     other_control_rows = True  # a watermark or clock step is a control row
 
     @property
@@ -114,99 +110,27 @@ class TestSource(SourceConnector):
         return {"type": "TestSource", "batches": len(self.steps), "flush": self.flush}
 
     def prepare(self, context: SourceContext) -> None:
-        os.makedirs(_folder(context.run_dir), exist_ok=True)
+        os.makedirs(steps_folder(context.run_dir), exist_ok=True)
         steps: list[Any] = list(self.steps) + ([Watermark(FLUSH_TIME_MS)] if self.flush else [])
-        with open(os.path.join(_folder(context.run_dir), f"{context.source_name}.pickle"), "wb") as handle:
+        with open(os.path.join(steps_folder(context.run_dir), f"{context.source_name}.pickle"), "wb") as handle:
             pickle.dump({"schema": self._schema, "steps": steps}, handle)
 
     def release(self, run_dir: str, name: str) -> bool:
         """Offer the next micro-batch; False when none is left."""
-        current = _released(run_dir, name)
+        current = released_steps(run_dir, name)
         if current >= self.total_steps:
             return False
-        path = os.path.join(_folder(run_dir), f"{name}.released")
+        path = os.path.join(steps_folder(run_dir), f"{name}.released")
         with open(path + ".tmp", "w") as handle:
             handle.write(str(current + 1))
         os.replace(path + ".tmp", path)
         return True
-
-    def data_source(self) -> type:
-        return _TestDataSource
 
 
 def _coerce(value: Any, type_name: str) -> Any:
     if type_name == "timestamp" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
     return value
-
-
-# -- the Spark side (runs in Spark's Python workers) ----------------------------------------------
-
-from pyspark.sql.datasource import (  # noqa: E402 - after the user-facing classes, for readability
-    DataSource,
-    DataSourceStreamReader,
-    InputPartition,
-)
-
-
-class _TestDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "headrace_test"
-
-    def schema(self) -> str:
-        with open(self._data_path(), "rb") as handle:
-            schema = pickle.load(handle)["schema"]
-        return f"{to_ddl(schema)}, `{CONTROL_COLUMN}` long"
-
-    def _data_path(self) -> str:
-        return os.path.join(_folder(self.options["hr_run_dir"]), f"{self.options['hr_source']}.pickle")
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _TestReader(dict(self.options), self._data_path())
-
-
-class _TestReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str], path: str) -> None:
-        self.options, self.path = options, path
-        self.total = int(options["steps"])
-        self._clocks: list[tuple[int, int]] | None = None
-
-    def initialOffset(self) -> dict[str, int]:
-        return {"step": 0}
-
-    def latestOffset(self) -> dict[str, int]:  # type: ignore[override]
-        released = min(_released(self.options["hr_run_dir"], self.options["hr_source"]), self.total)
-        if released >= self.total:
-            mark_exhausted(self.options)
-        offset = {"step": released}
-        if self._clocks is None:  # (step, time) of each ProcessingTime marker
-            with open(self.path, "rb") as handle:
-                steps = pickle.load(handle)["steps"]
-            self._clocks = [(n, s.time) for n, s in enumerate(steps) if isinstance(s, ProcessingTime)]
-        clocks = [time for step, time in self._clocks if step < released]
-        if clocks:  # the test clock so far, for operators' processing time (spark/operator_stage.py)
-            offset["clock"] = clocks[-1]
-        return offset
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        return [InputPartition(step) for step in range(start["step"], end["step"])]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        with open(self.path, "rb") as handle:
-            data = pickle.load(handle)
-        schema = arrow_schema(data["schema"]).append(pa.field(CONTROL_COLUMN, pa.int64()))
-        step = data["steps"][partition.value]
-        if isinstance(step, Watermark):
-            rows = [{CONTROL_COLUMN: step.millis()}]
-        elif isinstance(step, ProcessingTime):
-            rows = [{CONTROL_COLUMN: clock_control(step.time)}]
-        else:
-            rows = step
-        yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-    def commit(self, end: dict[str, int]) -> None:
-        pass
 
 
 class TestSink(SinkConnector):
