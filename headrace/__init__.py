@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 _PUBLIC = {
     "headrace.aggregates": ("Agg", "AggregateFunction", "count", "max", "mean", "min", "sum"),
     "headrace.api.stream": ("KeyedStream", "Pipeline", "Stream", "Table", "WindowedStream", "WindowResult"),
-    "headrace.operator": ("InputPort", "Operator", "OperatorContext", "OutputPort", "Unifier"),
+    "headrace.apex_operators": ("InputPort", "Operator", "OperatorContext", "OutputPort", "Unifier"),
     "headrace.api.pipeline_file": ("load_pipeline_file",),
     "headrace.errors": ("HeadraceError", "IncompatibleCheckpoint", "PipelineFailed", "PlanError", "SetupError",
                         "SinkError", "SourceError", "StepFunctionError", "PipelineFileError"),
@@ -29,8 +29,8 @@ _PUBLIC = {
     "headrace.state": ("ListState", "MapState", "ValueState"),
     "headrace.triggers": ("AfterDelay", "AfterWatermark", "CountTrigger", "EveryN"),
     "headrace.windows": ("Count", "Global", "Session", "Sliding", "Tumbling"),
-    "headrace.topology": ("BaseWindowedBolt", "Bolt", "Spout", "TopologyContext", "Tuple", "TupleWindow"),
-    "headrace.api.topology": ("TopologyBuilder",),
+    "headrace.storm": ("BaseWindowedBolt", "Bolt", "Spout", "TopologyContext", "Tuple", "TupleWindow"),
+    "headrace.api.topology_builder": ("TopologyBuilder",),
 }
 # Bound now: the function ``expr`` has the name of its module, which would replace it on the
 # package once anything imports ``headrace.expr`` (a light module).
@@ -62,9 +62,10 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and editors see
     from headrace import sinks, sources
     from headrace.aggregates import Agg, AggregateFunction, count, max, mean, min, sum
+    from headrace.apex_operators import InputPort, Operator, OperatorContext, OutputPort, Unifier
     from headrace.api.pipeline_file import load_pipeline_file
     from headrace.api.stream import KeyedStream, Pipeline, Stream, Table, WindowedStream, WindowResult
-    from headrace.api.topology import TopologyBuilder
+    from headrace.api.topology_builder import TopologyBuilder
     from headrace.errors import (
         HeadraceError,
         IncompatibleCheckpoint,
@@ -76,10 +77,9 @@ if TYPE_CHECKING:  # what type checkers and editors see
         SourceError,
         StepFunctionError,
     )
-    from headrace.operator import InputPort, Operator, OperatorContext, OutputPort, Unifier
     from headrace.process import Context, KeyedProcessFunction, Timer
     from headrace.runtime.runner import RunResult, run
     from headrace.state import ListState, MapState, ValueState
-    from headrace.topology import BaseWindowedBolt, Bolt, Spout, TopologyContext, Tuple, TupleWindow
+    from headrace.storm import BaseWindowedBolt, Bolt, Spout, TopologyContext, Tuple, TupleWindow
     from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
     from headrace.windows import Count, Global, Session, Sliding, Tumbling

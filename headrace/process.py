@@ -7,7 +7,7 @@ processing-time timers when processing time does.
 
 This module is the public side: the function's base class, the :class:`Context` it is
 handed and the :class:`Timer` that fires. The engine that runs it over a key's state and
-timers is ``headrace/operators/process_logic.py``.
+timers is ``headrace/engine/process_logic.py``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _millis(value: Any, what: str) -> int:
 
 class Engine(Protocol):
     """What a :class:`Context` needs from the engine running the function
-    (``headrace.operators.process_logic.ProcessLogic``)."""
+    (``headrace.engine.process_logic.ProcessLogic``)."""
 
     fn: KeyedProcessFunction
     has_event_time: bool

@@ -8,7 +8,7 @@ key. Each entry remembers when it expires (``ttl`` after it was last written, in
 processing time); expired entries read as absent and are swept away.
 
 This module holds the declarations only. The handles and the stored entries belong to the
-operator engine (``headrace/operators/keyed_state.py``): while the engine runs a record or
+operator engine (``headrace/engine/state_cells.py``): while the engine runs a record or
 a timer it puts the key's scope on the function instance, and a declaration read there
 asks that scope for its handle (``scope.handle(declaration)``), so a declaration never
 needs to know how its entries are stored.

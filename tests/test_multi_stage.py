@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import headrace as hr
-from headrace.operators.process_logic import ProcessLogic, ProcessState
+from headrace.engine.process_logic import ProcessLogic, ProcessState
 from headrace.runtime.compatibility import compare, plan_record
 from headrace.runtime.failures import classify
 from headrace.runtime.runner import PipelineRun

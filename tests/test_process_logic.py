@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import headrace as hr
+from headrace.engine.process_logic import ProcessLogic, ProcessState
 from headrace.errors import StepFunctionError
-from headrace.operators.process_logic import ProcessLogic, ProcessState
 from headrace.state import StateUsageError
 
 OUTPUT = (("key", "string"), ("what", "string"), ("n", "long"))

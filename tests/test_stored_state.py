@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from headrace.operators.process_logic import ProcessState
-from headrace.operators.window_panes import Pane, WindowState
+from headrace.engine.process_logic import ProcessState
+from headrace.engine.window_panes import Pane, WindowState
 from headrace.spark.stateful import load_state
 
 

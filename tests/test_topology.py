@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 import headrace as hr
 from headrace.code_locations import remember_definitions
+from headrace.engine.instances import Route, WindowSpec, run_window
+from headrace.engine.tuple_windows import LATE, WindowBuffer, WindowConfig
 from headrace.errors import PlanError, SourceError, StepFunctionError
 from headrace.groupings import stable_hash
-from headrace.operators.instances import Route, WindowSpec, run_window
-from headrace.operators.tuple_windows import LATE, WindowBuffer, WindowConfig
 from headrace.plan.nodes import OperatorNode
 from headrace.testing import TestSink, TestSource, run_to_completion
 
@@ -736,7 +736,7 @@ class Counting(hr.Spout):
 def spout_reader(spout: hr.Spout, run_dir: Path, cap: int = 2):
     from headrace.connectors.base import SourceContext
     from headrace.connectors.spout import SpoutReader, SpoutSource
-    from headrace.topology import spout_stream
+    from headrace.storm import spout_stream
 
     connector = SpoutSource("numbers", spout, 1, cap, spout_stream(spout, "test"))
     context = SourceContext(str(run_dir), "numbers")
@@ -881,7 +881,7 @@ def test_a_spout_ack_that_raises_names_the_spout_and_method(tmp_path):
 def test_a_spouts_parallelism_cannot_change_on_restart(tmp_path):
     from headrace.connectors.base import SourceContext
     from headrace.connectors.spout import SpoutReader, SpoutSource
-    from headrace.topology import spout_stream
+    from headrace.storm import spout_stream
 
     reader = spout_reader(Counting(), tmp_path)
     reader.latestOffset(reader.initialOffset())
@@ -942,7 +942,7 @@ def test_a_processing_time_window_holds_the_tuples_of_the_micro_batches_in_it():
 def test_spout_tasks_take_turns_and_each_keeps_its_own_state(tmp_path):
     from headrace.connectors.base import SourceContext
     from headrace.connectors.spout import SpoutReader, SpoutSource
-    from headrace.topology import spout_stream
+    from headrace.storm import spout_stream
 
     connector = SpoutSource("numbers", Counting(3), 2, 4, spout_stream(Counting(), "test"))
     context = SourceContext(str(tmp_path), "numbers")

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from headrace.operators.window_functions import WindowFunction
-from headrace.operators.window_panes import Fired, WindowLogic, WindowState
+from headrace.engine.window_functions import WindowFunction
+from headrace.engine.window_panes import Fired, WindowLogic, WindowState
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission, EveryN
 from headrace.windows import Count, Global, Session, Sliding, Tumbling
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headrace.aggregates import Agg
-from headrace.operators.window_functions import BuiltinAggregates
-from headrace.operators.window_panes import WindowLogic, WindowState
+from headrace.engine.window_functions import BuiltinAggregates
+from headrace.engine.window_panes import WindowLogic, WindowState
 from headrace.triggers import Emission
 from headrace.windows import Count, Session, Sliding, Tumbling
 

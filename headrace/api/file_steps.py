@@ -317,8 +317,8 @@ OPERATOR_OPTIONS = ("args", "partitions", "application_window", "input", "output
 @step_kind("operator", options=OPERATOR_OPTIONS)
 def _operator(step: StepContext) -> Any:
     """An hr.Operator class module:Class (args: its keyword arguments) fed from `from` (docs/operators.md)."""
+    from headrace.apex_operators import input_ports, output_ports
     from headrace.groupings import Fields
-    from headrace.operator import input_ports, output_ports
 
     kind = step.imported(step.action)
     if not isinstance(kind, type):

@@ -77,7 +77,7 @@ def ship_by_value(module: ModuleType) -> None:
         return
     if top.__name__ in sys.stdlib_module_names:
         return
-    import cloudpickle  # operators' and bolts' instances (headrace/operators/instances.py)
+    import cloudpickle  # operators' and bolts' instances (headrace/engine/instances.py)
     from pyspark import cloudpickle as spark_cloudpickle  # already loaded by the fluent API
 
     for pickler in (spark_cloudpickle, cloudpickle):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
-from headrace.api.operator import add_operator, add_stream
+from headrace.api.operator_dag import add_operator, add_stream
 from headrace.code_locations import function_label, user_location
 from headrace.contract import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
@@ -155,7 +155,7 @@ class Pipeline:
         return Stream(self, self.plan.add(DeadLettersNode(name, tuple(n.name for n in nodes), where,
                                                           DEAD_LETTER_SCHEMA)))
 
-    # -- operators (headrace/api/operator.py) ------------------------------------------------------
+    # -- operators (headrace/api/operator_dag.py) ------------------------------------------------------
     def stream_of(self, node: Node) -> Stream:
         """The fluent stream of ``node``, a step already in the plan (an operator's output port)."""
         return Stream(self, node)

@@ -53,7 +53,7 @@ from headrace.contract import (
 from headrace.errors import PlanError, SourceError
 from headrace.runtime.admission import adaptive_cap, combined_cap
 from headrace.schema import Schema, arrow_schema, schema_of, to_ddl
-from headrace.topology import (
+from headrace.storm import (
     COLLECTOR_ATTRIBUTE,
     SEQ_FIELD,
     TASK_FIELD,

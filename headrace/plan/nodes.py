@@ -290,7 +290,7 @@ class Edge:
 class OperatorNode(Node):
     """An Apex operator or a Storm bolt: ``partitions`` instances, each with its own state (the
     operator's attributes), run once per streaming window (micro-batch) on the records its
-    input ``edges`` route to it (see headrace/api/operator.py and headrace/operators/instances.py)."""
+    input ``edges`` route to it (see headrace/api/operator_dag.py and headrace/engine/instances.py)."""
 
     kind: ClassVar[str] = "operator"
     operator: Any = field(default=None, compare=False)

@@ -28,7 +28,7 @@ from headrace.spark.stages import result_time_needed
 from headrace.spark.stateless import good_rows, with_watermark
 from headrace.spark.watermarks import WatermarkPlacement
 from headrace.spark.window_choice import window_needs_processor
-from headrace.spark.windows import window_panes
+from headrace.spark.window_lowering import window_panes
 
 
 @dataclass

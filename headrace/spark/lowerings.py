@@ -12,13 +12,13 @@ from headrace.plan.nodes import Node
 from headrace.spark import stateless
 from headrace.spark.clocks import spark_ttl
 from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
-from headrace.spark.process import lower_process
+from headrace.spark.process_lowering import lower_process
 from headrace.spark.rolling import lower_rolling
 from headrace.spark.specs import folds_in_python, native_sink_format, python_chains
 from headrace.spark.sql import lower_sql, sql_lowered_as
 from headrace.spark.watermarks import WatermarkPlacement
 from headrace.spark.window_choice import window_lowered_as
-from headrace.spark.windows import lower_late_records, lower_window
+from headrace.spark.window_lowering import lower_late_records, lower_window
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ streaming window's id. Per operator and micro-batch:
    rows are routed here, in a fused Arrow stage; another operator's rows were routed when
    they were emitted), plus one heartbeat row per instance, so every instance runs every window;
 2. ``groupBy(instance).applyInArrow``: each instance runs the window on its rows, ordered by
-   stream and position (headrace/operators/instances.py), from the state of the previous window;
+   stream and position (headrace/engine/instances.py), from the state of the previous window;
 3. the result is cached; the instances' state rows are collected (one per instance) and saved
-   as the window's version (headrace/runtime/operator_state.py) before any sink writes.
+   as the window's version (headrace/runtime/operator_snapshots.py) before any sink writes.
 
 A replayed batch starts again from the previous window's state, so it emits the same rows.
 """
@@ -27,13 +27,13 @@ from pyspark.sql import functions as F
 
 from headrace.code_locations import ship_class_by_value
 from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.engine.instances import FAILED_EDGE, HEARTBEAT_EDGE, STATE_EDGE, Route, WindowSpec, dumps, run_chain
 from headrace.errors import StepFunctionError, raised_inside
 from headrace.groupings import Global
-from headrace.operators.instances import FAILED_EDGE, HEARTBEAT_EDGE, STATE_EDGE, Route, WindowSpec, dumps, run_chain
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Edge, OperatorNode, PortNode
 from headrace.runtime import storage
-from headrace.runtime.operator_state import OperatorStateStore
+from headrace.runtime.operator_snapshots import OperatorStateStore
 from headrace.schema import arrow_schema, to_ddl
 from headrace.spark.clocks import uses_test_clock
 
@@ -217,7 +217,7 @@ def _as_dict(record: Any, names: list[str], port: str) -> dict[str, Any]:
         return record
     if isinstance(record, (tuple, list)) and len(record) == len(names):
         return dict(zip(names, record, strict=True))
-    as_row = getattr(record, "_hr_as_dict", None)  # a Storm tuple (headrace/topology.py)
+    as_row = getattr(record, "_hr_as_dict", None)  # a Storm tuple (headrace/storm.py)
     if as_row is not None:
         return dict(as_row())
     values = getattr(record, "__dict__", None)

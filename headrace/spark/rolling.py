@@ -20,9 +20,9 @@ from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from headrace.code_locations import function_label
+from headrace.engine.window_functions import BuiltinAggregates
 from headrace.errors import StepFunctionError
 from headrace.lazy_modules import LazyModule
-from headrace.operators.window_functions import BuiltinAggregates
 from headrace.plan.nodes import RollingAggregateNode
 from headrace.schema import to_ddl
 from headrace.spark.expressions import aggregate_columns

@@ -184,9 +184,9 @@ def key_value(key: tuple[Any, ...], keys: list[str]) -> Any:
 # Where the classes of operator state lived when older versions pickled them: their state
 # still names the old module, so a checkpoint they wrote keeps loading.
 _MOVED = {
-    ("headrace.window_state", "WindowState"): "headrace.operators.window_panes",
-    ("headrace.window_state", "Pane"): "headrace.operators.window_panes",
-    ("headrace.process", "ProcessState"): "headrace.operators.process_logic",
+    ("headrace.window_state", "WindowState"): "headrace.engine.window_panes",
+    ("headrace.window_state", "Pane"): "headrace.engine.window_panes",
+    ("headrace.process", "ProcessState"): "headrace.engine.process_logic",
 }
 
 

@@ -1,6 +1,6 @@
 """Which operator a window step runs on, decided from the plan alone (no Spark needed): Spark's
 native window aggregate when its semantics are headrace's, headrace's window processor
-(``headrace/spark/windows.py``) otherwise. The compiler, ``explain``, the real-time check and
+(``headrace/spark/window_lowering.py``) otherwise. The compiler, ``explain``, the real-time check and
 the restart-compatibility check all ask here."""
 
 from __future__ import annotations

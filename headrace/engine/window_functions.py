@@ -1,7 +1,7 @@
 """What a window computes from its records, free of Spark: the :class:`WindowFunction`
 protocol (create, add, merge, result) and its four kinds - built-in aggregates, a reduce
 function, a user's ``hr.AggregateFunction``, or a process-window function that sees all the
-window's records and its bounds. :class:`~headrace.operators.window_panes.WindowLogic` keeps
+window's records and its bounds. :class:`~headrace.engine.window_panes.WindowLogic` keeps
 one accumulator per pane and calls these.
 """
 

@@ -3,7 +3,7 @@ lateness, discarding panes, late side output, custom window functions), on Spark
 ``transformWithStateInPandas`` with the RocksDB state store.
 
 Grouped by the step's key (``headrace/spark/stateful.py``): each key keeps its own
-:class:`~headrace.operators.window_panes.WindowState` under its key, and one Spark event-time timer
+:class:`~headrace.engine.window_panes.WindowState` under its key, and one Spark event-time timer
 wakes it when the watermark reaches its next window end or expiry. The watermark comes from
 Spark (``TimerValues``); the input's watermark column is replaced by a plain copy so that
 Spark does not discard late records itself: the operator judges lateness, and every record it
@@ -24,10 +24,10 @@ from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.aggregates import result_type
 from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.engine.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
+from headrace.engine.window_panes import Dropped, Fired, WindowLogic, WindowState
 from headrace.errors import StepFunctionError
 from headrace.lazy_modules import LazyModule
-from headrace.operators.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
-from headrace.operators.window_panes import Dropped, Fired, WindowLogic, WindowState
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import RESULT_TIME, LateRecordsNode, WindowAggregateNode
 from headrace.runtime.progress import LATE_METRIC_PREFIX

@@ -25,14 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from headrace.api.operator import InputPortRef, OutputPortRef, add_stream
+from headrace.apex_operators import Operator
+from headrace.api.operator_dag import InputPortRef, OutputPortRef, add_stream
 from headrace.code_locations import user_location
 from headrace.contract import SourceConnector
 from headrace.errors import PlanError
 from headrace.groupings import All, Custom, Direct, Fields, Global, Grouping, LocalOrShuffle, PartialKey, Shuffle
-from headrace.operator import Operator
 from headrace.plan.nodes import OperatorNode
-from headrace.topology import (
+from headrace.storm import (
     DEFAULT_STREAM,
     TICK_COMPONENT,
     BaseWindowedBolt,

@@ -38,12 +38,12 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
+from headrace.apex_operators import RUNTIME_ATTRIBUTE, Operator
 from headrace.code_locations import function_label, user_location
 from headrace.durations import to_millis
+from headrace.engine.instances import FAILED_EDGE
+from headrace.engine.tuple_windows import LATE, Activation, WindowBuffer, WindowConfig
 from headrace.errors import PlanError, StepFunctionError
-from headrace.operator import RUNTIME_ATTRIBUTE, Operator
-from headrace.operators.instances import FAILED_EDGE
-from headrace.operators.tuple_windows import LATE, Activation, WindowBuffer, WindowConfig
 from headrace.schema import Schema, is_record_class, schema_of
 
 DEFAULT_STREAM = "default"
@@ -413,7 +413,7 @@ class Bolt(Operator):
         """Tuples this task failed so far."""
         return int(self.__dict__.get("_hr_failed", 0))
 
-    # -- the engine's side (headrace/operators/instances.py) ------------------------------------------
+    # -- the engine's side (headrace/engine/instances.py) ------------------------------------------
     def _hr_run(self, doing: str) -> _BoltRun:
         runtime = self.__dict__.get(RUNTIME_ATTRIBUTE)
         run = getattr(runtime, "bolt", None)

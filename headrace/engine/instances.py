@@ -21,10 +21,10 @@ from typing import Any
 
 import cloudpickle
 
+from headrace.apex_operators import RUNTIME_ATTRIBUTE, OperatorContext, input_ports
 from headrace.code_locations import function_label
 from headrace.errors import StepFunctionError
 from headrace.groupings import Grouping
-from headrace.operator import RUNTIME_ATTRIBUTE, OperatorContext, input_ports
 
 PLAIN_TYPES = frozenset((str, int, float, bool, type(None), bytes, datetime.datetime, datetime.date, decimal.Decimal))
 HEARTBEAT_EDGE = -1

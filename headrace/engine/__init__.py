@@ -5,8 +5,10 @@
 * ``window_panes`` - the event-time window operator: the windows of a key, triggers, allowed
   lateness, accumulation, session merging, count windows and the late side output.
 * ``process_logic`` - runs a ``hr.KeyedProcessFunction`` over a key's state and timers.
-* ``keyed_state`` - the per-key state cells behind ``hr.ValueState``, ``hr.ListState`` and
+* ``state_cells`` - the per-key state cells behind ``hr.ValueState``, ``hr.ListState`` and
   ``hr.MapState``: handles, time-to-live and sweeping.
+* ``instances`` - runs one Apex-style operator or Storm bolt instance over one streaming window.
+* ``tuple_windows`` - which tuples each activation of a Storm windowed bolt holds.
 
 The Spark side (``headrace/spark/``) stores this state under each key and calls the operators
 once per micro-batch; the operators may import the public modules (``headrace.windows``,

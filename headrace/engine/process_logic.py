@@ -2,9 +2,9 @@
 (``headrace/process.py``) over one operator instance's :class:`ProcessState`.
 
 A :class:`ProcessState` holds the state cells and timers of the keys it covers (one key's,
-pickled under that key by the Spark driver in ``headrace/spark/process.py``).
+pickled under that key by the Spark driver in ``headrace/spark/process_lowering.py``).
 :class:`ProcessLogic` fires the due timers first, then hands the function the micro-batch's
-records in arrival order, each with the key's state in scope (``keyed_state.KeyScope``).
+records in arrival order, each with the key's state in scope (``state_cells.KeyScope``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.engine.state_cells import Cells, KeyScope, sweep
 from headrace.errors import StepFunctionError
-from headrace.operators.keyed_state import Cells, KeyScope, sweep
 from headrace.process import EVENT_TIME, PROCESSING_TIME, Context, KeyedProcessFunction, Timer
 from headrace.state import NEVER, StateUsageError
 

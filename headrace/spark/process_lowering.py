@@ -1,7 +1,7 @@
 """The keyed process step on Spark's ``transformWithStateInPandas`` with the RocksDB state store.
 
 Grouped by the step's key (``headrace/spark/stateful.py``): each key keeps its own
-:class:`~headrace.operators.process_logic.ProcessState` (its state cells and timers) under its key. When the
+:class:`~headrace.engine.process_logic.ProcessState` (its state cells and timers) under its key. When the
 stream has event time, one Spark event-time timer per key wakes it for its earliest
 event-time timer. Spark's processing-time mode is not used: it cannot be combined with
 event-time timers; processing-time timers fire when their key next runs (a record or an
@@ -22,8 +22,8 @@ from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.code_locations import function_label
 from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.engine.process_logic import ProcessLogic, ProcessState, to_watermark
 from headrace.lazy_modules import LazyModule
-from headrace.operators.process_logic import ProcessLogic, ProcessState, to_watermark
 from headrace.plan.nodes import RESULT_TIME, KeyedProcessNode
 from headrace.process import EVENT_TIME
 from headrace.schema import to_ddl

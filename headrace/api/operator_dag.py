@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from headrace.apex_operators import Operator, input_ports, output_ports
 from headrace.code_locations import user_location
 from headrace.errors import PlanError, step_error
 from headrace.groupings import Global, Grouping, LocalOrShuffle, grouping_of
-from headrace.operator import Operator, input_ports, output_ports
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Edge, Node, OperatorNode, PortNode
 

@@ -1,10 +1,10 @@
 """The event-time window operator's logic, free of Spark: windows per key, triggers,
 allowed lateness, accumulation, session merging, count windows and the late side output.
 What a window computes from its records is a :class:`WindowFunction`
-(``headrace/operators/window_functions.py``).
+(``headrace/engine/window_functions.py``).
 
 One :class:`WindowState` holds the windows of one key, stored under that key; Spark's
-stateful processor (``headrace/spark/windows.py``) loads it, feeds it the key's records of a
+stateful processor (``headrace/spark/window_lowering.py``) loads it, feeds it the key's records of a
 micro-batch and the watermark, and stores it back. A micro-batch's records are judged against the
 watermark left by the batches before it.
 """
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from headrace.operators.window_functions import BuiltinAggregates, WindowFunction
+from headrace.engine.window_functions import BuiltinAggregates, WindowFunction
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission, EveryN
 from headrace.windows import Count, Global, Session, WindowShape
 
