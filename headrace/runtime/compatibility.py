@@ -54,6 +54,8 @@ from headrace.runtime.checkpoints import has_batches, read_plan, write_plan
 from headrace.spark.specs import STATEFUL_KINDS, native_sink_format, spec_of
 from headrace.spark.stages import earlier_stateful
 from headrace.spark.window_choice import window_needs_processor
+from headrace.triggers import Trigger
+from headrace.windows import WindowShape
 
 RECORD_FORMAT = 1
 ROLES = ("source", "stateful step", "sink", "step")
@@ -445,38 +447,15 @@ def _millis(value: Any) -> str:
 
 
 def _window_text(window: Any) -> str:
-    if not isinstance(window, dict):
+    if not isinstance(window, dict) or window.get("kind") not in WindowShape.KINDS:
         return _text(window)
-    kind = window.get("kind")
-    offset = f" offset {describe_millis(window['offset_ms'])}" if window.get("offset_ms") else ""
-    if kind == "tumbling":
-        return f"tumbling {describe_millis(window['size_ms'])}{offset}"
-    if kind == "sliding":
-        return f"sliding {describe_millis(window['size_ms'])} every {describe_millis(window['slide_ms'])}{offset}"
-    if kind == "session":
-        return f"session gap {describe_millis(window['gap_ms'])}"
-    if kind == "count":
-        slide = f" every {window['slide']}" if window.get("slide") not in (None, window.get("size")) else ""
-        return f"count {window.get('size')}{slide}"
-    return str(kind) if kind == "global" else _text(window)
+    return WindowShape.from_json(window).describe()
 
 
 def _trigger_text(trigger: Any) -> str:
-    if not isinstance(trigger, dict):
+    if not isinstance(trigger, dict) or trigger.get("type") not in Trigger.KINDS:
         return _text(trigger)
-    if trigger.get("type") == "count":
-        return f"every {trigger.get('n')} records"
-    if trigger.get("type") != "event_time":
-        return _text(trigger)
-    text = "after the watermark"
-    early = trigger.get("early") or {}
-    if "every_n_elements" in early:
-        text += f", early every {early['every_n_elements']} records"
-    elif "processing_time_delay_ms" in early:
-        text += f", early after {describe_millis(early['processing_time_delay_ms'])} of processing time"
-    if trigger.get("on_time_empty_pane") == "fire":
-        text += ", empty on-time panes fired"
-    return text
+    return Trigger.from_json(trigger).brief()
 
 
 def _aggs_text(aggs: Any) -> str:

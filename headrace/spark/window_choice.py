@@ -13,13 +13,9 @@ from headrace.spark.stages import result_time_needed, stateful_steps
 def window_needs_processor(plan: Plan, node: WindowAggregateNode) -> list[str]:
     """Why a window step cannot use Spark's native window operator (empty: it can)."""
     reasons = []
-    shape = node.window.to_json()
-    kind = shape["kind"]
-    if kind in ("count", "global"):
-        reasons.append(f"{kind} windows")
-    if kind == "sliding" and shape["slide_ms"] < shape["size_ms"]:
-        # Spark's operator counts a late record once for each window it missed
-        reasons.append("sliding windows (a late record is counted once, not once per window it missed)")
+    shape = node.window.native_obstacle()
+    if shape:
+        reasons.append(shape)
     if not node.emission.is_default():
         default = type(node.emission)()
         if node.emission.trigger != default.trigger:
@@ -48,6 +44,6 @@ def window_lowered_as(plan: Plan, node: WindowAggregateNode) -> str:
     if reasons:
         return ("stateful processor (transformWithStateInPandas, state per key, event-time timers) "
                 f"because of {', '.join(reasons)}")
-    operator = "session_window" if node.window.to_json()["kind"] == "session" else "window"
+    operator = node.window.spark_function
     mode = "append" if node.emit == "final" else "update"
     return f"native Spark {operator} aggregate, {mode} mode (its semantics match Spark's operator)"

@@ -311,7 +311,7 @@ def window_panes(raw: DataFrame, node: WindowAggregateNode) -> DataFrame:
     or the processor's own columns."""
     panes = raw.filter(F.col(OUTPUT_KIND) == "pane") if OUTPUT_KIND in raw.columns else raw  # see raw_columns
     added = {"pane_kind": PANE_KIND, "pane_index": PANE_INDEX} if node.emission.has_panes(
-        by_count=node.window.to_json()["kind"] in ("count", "global")) else {}
+        by_count=node.window.by_count) else {}
     internal = {PANE_KIND, PANE_INDEX, OUTPUT_KIND, *LATE_COLUMNS, RESULT_TIME}
     names = [name for name, _ in node.schema] if node.schema else [
         c for c in panes.columns if c not in internal] + list(added)
