@@ -34,6 +34,7 @@ from headrace.runtime.progress import LATE_METRIC_PREFIX
 from headrace.schema import TYPE_ALIASES
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.expressions import aggregate_columns
+from headrace.spark.specs import window_needs_processor
 from headrace.spark.stateful import (
     GROUP,
     SEQUENCE,
@@ -52,7 +53,6 @@ from headrace.spark.stateful import (
     timed_records,
 )
 from headrace.spark.stateless import without_control
-from headrace.spark.window_choice import window_needs_processor
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -231,7 +231,7 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
     hidden = {CONTROL_COLUMN, TIME, SEQUENCE, GROUP, RESULT_TIME}
     value_fields = [c for c in prepared.columns if c not in hidden]
     types = dict(prepared.dtypes)
-    late = any(c.kind == "late_records" for c in plan.consumers(node.name))
+    late = any(isinstance(c, LateRecordsNode) for c in plan.consumers(node.name))
     if node.function == "aggregates" and not late:
         # The records only feed built-in aggregates (no late side output shows them): the
         # processor needs the fields the aggregates read, nothing else.
