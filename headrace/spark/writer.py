@@ -148,6 +148,22 @@ def _same_stream(sinks: list[SinkNode]) -> Any:
 
 def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str,
                checkpoint: str | None = None) -> tuple[DataFrame, Any]:
+    """The query runs up to ``root``, the stream every sink and operator descends from; each
+    micro-batch of the root's rows is then lowered again, inside foreachBatch, down to them.
+
+    A pipeline is one streaming query, so that a source is read once and every sink commits the
+    same batch id, and a micro-batch is the streaming window. The query is split here when its
+    one stream fans out below its root: when operators run (they run once per streaming window
+    with its batch id, their instances' state saved beside the checkpoint, which only
+    foreachBatch knows), when sinks read different streams below a shared root (a window's
+    results and its late records, two branches of one source or one stateful step), or when they
+    read a window run on headrace's window processor, whose stream carries its panes and late
+    records together. Lowering each branch in the query instead
+    would plan the root's stateful step once per branch, each copy with state of its own. Every
+    step below the root runs per batch (its spec's ``per_batch``: the same rows on one
+    micro-batch as on the stream), so a ``Lowering`` seeded with the batch's rows of the root
+    builds them as plain DataFrames; the operators run first, each once, so each saves its state
+    even in a batch every sink had committed before the restart that replays it."""
     lowering = compiled.lowering
     stream = lowering.root_stream(root)
     operators = [n.name for n in plan.nodes.values() if spec_of(n).own_state]
