@@ -63,6 +63,10 @@ class WindowShape(Kind):
         """Why Spark's native window operator cannot run this shape as headrace defines it (None: it can)."""
         return None if self.spark_function else f"{self.kind} windows"
 
+    def spark_durations(self) -> tuple[int, ...]:
+        """The durations, in ms, that ``spark_function`` takes after the time column."""
+        raise NotImplementedError
+
 
 def _offset(offset_ms: int) -> str:
     return f" offset {describe_millis(offset_ms)}" if offset_ms else ""
@@ -100,6 +104,9 @@ class Tumbling(WindowShape):
 
     def describe(self) -> str:
         return f"{self}{_offset(self.offset_ms)}"
+
+    def spark_durations(self) -> tuple[int, ...]:
+        return (self.size_ms, self.size_ms, self.offset_ms)
 
 
 @dataclass(frozen=True, init=False)
@@ -144,6 +151,9 @@ class Sliding(WindowShape):
     def describe(self) -> str:
         return f"{self}{_offset(self.offset_ms)}"
 
+    def spark_durations(self) -> tuple[int, ...]:
+        return (self.size_ms, self.slide_ms, self.offset_ms)
+
     def native_obstacle(self) -> str | None:
         # Spark's operator counts a late record once for each window it missed
         return ("sliding windows (a late record is counted once, not once per window it missed)"
@@ -177,6 +187,9 @@ class Session(WindowShape):
 
     def __str__(self) -> str:
         return f"session gap {describe_millis(self.gap_ms)}"
+
+    def spark_durations(self) -> tuple[int, ...]:
+        return (self.gap_ms,)
 
 
 @dataclass(frozen=True, init=False)

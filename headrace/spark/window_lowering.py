@@ -278,20 +278,16 @@ def lower_window(node: WindowAggregateNode, lowering: Compilation) -> DataFrame:
         lowering.raw_windows[node.name] = raw
         return window_panes(raw, node)
     df = without_control(lowering.input(node))
-    shape = node.window.to_json()
+    shape = node.window
     event_time = F.col(f"`{lowering.plan.nodes[node.inputs[0]].event_time}`")
-    if shape["kind"] == "session":
-        window = F.session_window(event_time, f"{shape['gap_ms']} milliseconds")
-    else:
-        slide = shape.get("slide_ms", shape["size_ms"])
-        window = F.window(event_time, f"{shape['size_ms']} milliseconds", f"{slide} milliseconds",
-                          f"{shape['offset_ms']} milliseconds")
+    durations = [f"{ms} milliseconds" for ms in shape.spark_durations()]
+    window = getattr(F, str(shape.spark_function))(event_time, *durations)
     keys = [F.col(f"`{k}`") for k in node.keys or ()]
     # Spark refuses a session window over the whole stream (a global aggregation); one hidden key,
     # 0 for every record, groups the stream instead, and the select below drops it. Not a literal,
     # which Spark's optimizer removes from the grouping (and then refuses the query again).
     whole_stream = [(F.unix_micros(event_time) * 0).alias("_hr_whole_stream")] if (
-        shape["kind"] == "session" and not keys) else []
+        shape.spark_function == "session_window" and not keys) else []
     grouped = df.groupBy(*keys, *whole_stream, window.alias("_hr_window")).agg(*aggregate_columns(node.aggs))
     # window_time keeps the watermark's mark on the column, so a later stateful step can read it
     timed = [F.window_time("_hr_window").alias(RESULT_TIME)] if lowering.result_time(node) else []
