@@ -13,11 +13,12 @@ All windows are half-open ``[start, end)`` in epoch milliseconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from headrace.code_locations import user_location
 from headrace.durations import describe_millis, to_millis
 from headrace.errors import PlanError
+from headrace.json_kinds import Kind
 
 
 def _invalid(shape: str, message: str) -> PlanError:
@@ -32,20 +33,50 @@ def _millis(value: object, shape: str, what: str) -> int:
         raise _invalid(shape, str(exc)) from None
 
 
-class WindowShape:
-    """Base of the window shapes."""
+class WindowShape(Kind):
+    """Base of the window shapes, each found by its ``kind`` in JSON.
+
+    >>> WindowShape.from_json(Tumbling("10s", offset="2s").to_json()).describe()
+    'tumbling 10s offset 2s'
+    """
+
+    family: ClassVar[str] = "window kind"
+    KINDS: ClassVar[dict[str, type[Any]]] = {}
+    # Spark's native window function for the shape (None: only headrace's window processor runs it)
+    spark_function: ClassVar[str | None] = "window"
+    by_count: ClassVar[bool] = False  # fires by records, not by the watermark: count and global windows
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> WindowShape:
+        """The shape whose ``to_json`` gave ``data``."""
+        shape: WindowShape = WindowShape.of_kind(data.get("kind")).read(data)
+        return shape
 
     def assign(self, t: int) -> list[tuple[int, int]]:
         raise NotImplementedError
 
-    def to_json(self) -> dict[str, Any]:
+    def describe(self) -> str:
+        """The shape with every setting (``str`` leaves out an offset)."""
+        return str(self)
+
+    def native_obstacle(self) -> str | None:
+        """Why Spark's native window operator cannot run this shape as headrace defines it (None: it can)."""
+        return None if self.spark_function else f"{self.kind} windows"
+
+    def spark_durations(self) -> tuple[int, ...]:
+        """The durations, in ms, that ``spark_function`` takes after the time column."""
         raise NotImplementedError
+
+
+def _offset(offset_ms: int) -> str:
+    return f" offset {describe_millis(offset_ms)}" if offset_ms else ""
 
 
 @dataclass(frozen=True, init=False)
 class Tumbling(WindowShape):
     """Fixed windows of ``size``: ``start = t - ((t - offset) mod size)``, ``end = start + size``."""
 
+    kind: ClassVar[str] = "tumbling"
     size_ms: int
     offset_ms: int
 
@@ -61,11 +92,21 @@ class Tumbling(WindowShape):
         start = t - ((t - self.offset_ms) % self.size_ms)
         return [(start, start + self.size_ms)]
 
+    @classmethod
+    def read(cls, data: dict[str, Any]) -> Tumbling:
+        return cls(data["size_ms"], data.get("offset_ms", 0))
+
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "tumbling", "size_ms": self.size_ms, "offset_ms": self.offset_ms}
+        return {"kind": self.kind, "size_ms": self.size_ms, "offset_ms": self.offset_ms}
 
     def __str__(self) -> str:
         return f"tumbling {describe_millis(self.size_ms)}"
+
+    def describe(self) -> str:
+        return f"{self}{_offset(self.offset_ms)}"
+
+    def spark_durations(self) -> tuple[int, ...]:
+        return (self.size_ms, self.size_ms, self.offset_ms)
 
 
 @dataclass(frozen=True, init=False)
@@ -73,6 +114,7 @@ class Sliding(WindowShape):
     """Windows of ``size`` every ``slide``: every ``[s, s + size)`` with
     ``s ≡ offset (mod slide)`` and ``s <= t < s + size`` (starts may be negative)."""
 
+    kind: ClassVar[str] = "sliding"
     size_ms: int
     slide_ms: int
     offset_ms: int
@@ -96,11 +138,26 @@ class Sliding(WindowShape):
         starts = range(last_start, t - self.size_ms, -self.slide_ms)
         return sorted((s, s + self.size_ms) for s in starts)
 
+    @classmethod
+    def read(cls, data: dict[str, Any]) -> Sliding:
+        return cls(data["size_ms"], data["slide_ms"], data.get("offset_ms", 0))
+
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "sliding", "size_ms": self.size_ms, "slide_ms": self.slide_ms, "offset_ms": self.offset_ms}
+        return {"kind": self.kind, "size_ms": self.size_ms, "slide_ms": self.slide_ms, "offset_ms": self.offset_ms}
 
     def __str__(self) -> str:
         return f"sliding {describe_millis(self.size_ms)} every {describe_millis(self.slide_ms)}"
+
+    def describe(self) -> str:
+        return f"{self}{_offset(self.offset_ms)}"
+
+    def spark_durations(self) -> tuple[int, ...]:
+        return (self.size_ms, self.slide_ms, self.offset_ms)
+
+    def native_obstacle(self) -> str | None:
+        # Spark's operator counts a late record once for each window it missed
+        return ("sliding windows (a late record is counted once, not once per window it missed)"
+                if self.slide_ms < self.size_ms else None)
 
 
 @dataclass(frozen=True, init=False)
@@ -108,6 +165,8 @@ class Session(WindowShape):
     """Per-key sessions: each record opens ``[t, t + gap)``; windows of one key that
     overlap or touch merge into their cover."""
 
+    kind: ClassVar[str] = "session"
+    spark_function: ClassVar[str | None] = "session_window"
     gap_ms: int
 
     def __init__(self, gap: object) -> None:
@@ -119,11 +178,18 @@ class Session(WindowShape):
     def assign(self, t: int) -> list[tuple[int, int]]:
         return [(t, t + self.gap_ms)]
 
+    @classmethod
+    def read(cls, data: dict[str, Any]) -> Session:
+        return cls(data["gap_ms"])
+
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "session", "gap_ms": self.gap_ms}
+        return {"kind": self.kind, "gap_ms": self.gap_ms}
 
     def __str__(self) -> str:
         return f"session gap {describe_millis(self.gap_ms)}"
+
+    def spark_durations(self) -> tuple[int, ...]:
+        return (self.gap_ms,)
 
 
 @dataclass(frozen=True, init=False)
@@ -132,6 +198,9 @@ class Count(WindowShape):
     its last ``size`` records (``slide == size``: tumbling). Time plays no part; a trailing
     partial window is never emitted."""
 
+    kind: ClassVar[str] = "count"
+    spark_function: ClassVar[str | None] = None
+    by_count: ClassVar[bool] = True
     size: int
     slide: int
 
@@ -146,8 +215,12 @@ class Count(WindowShape):
     def assign(self, t: int) -> list[tuple[int, int]]:
         raise PlanError("count windows are assigned by arrival order, not by time")
 
+    @classmethod
+    def read(cls, data: dict[str, Any]) -> Count:
+        return cls(data["size"], data.get("slide"))
+
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "count", "size": self.size, "slide": self.slide}
+        return {"kind": self.kind, "size": self.size, "slide": self.slide}
 
     def __str__(self) -> str:
         return f"count {self.size}" + (f" every {self.slide}" if self.slide != self.size else "")
@@ -158,11 +231,19 @@ class Global(WindowShape):
     """One window per key for all time, reported with null bounds; it fires only on its
     trigger (e.g. ``hr.CountTrigger(n)``) or at the end of a bounded input."""
 
+    kind: ClassVar[str] = "global"
+    spark_function: ClassVar[str | None] = None
+    by_count: ClassVar[bool] = True
+
+    @classmethod
+    def read(cls, data: dict[str, Any]) -> Global:
+        return cls()
+
     def assign(self, t: int) -> list[tuple[int, int]]:
         raise PlanError("the global window holds every record of a key; it has no bounds")
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "global"}
+        return {"kind": self.kind}
 
     def __str__(self) -> str:
         return "global"

@@ -44,7 +44,7 @@ from headrace.spark.plan_checks import check_plan
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
 from headrace.spark.specs import check_sink_takes_updates, updating_step
 from headrace.spark.stages import check_stage, why_no_event_time
-from headrace.triggers import AfterWatermark, CountTrigger, Emission, Trigger
+from headrace.triggers import AfterWatermark, Emission, Trigger
 from headrace.windows import Count, Global, WindowShape
 
 UNKNOWN = "unknown"
@@ -639,7 +639,7 @@ class WindowedStream:
                             f"hr.Global, got {shape!r}")
         self.stream, self.shape, self.keys, self.name, self.where = stream, shape, keys, name, where
         self.emission = emission or Emission()
-        timeless = isinstance(shape, Count) or isinstance(self.emission.trigger, CountTrigger)
+        timeless = isinstance(shape, Count) or not self.emission.trigger.fires_on_time
         if isinstance(shape, Count) and not self.emission.is_default():
             raise PlanError(f"window ({where}): count windows fire every `slide` records; they take no trigger, "
                             "allowed lateness or accumulation")
@@ -719,7 +719,7 @@ class WindowedStream:
                                                 result_schema=results))
 
     def _has_panes(self) -> bool:
-        return self.emission.has_panes(by_count=isinstance(self.shape, (Count, Global)))
+        return self.emission.has_panes(by_count=self.shape.by_count)
 
     def _added_columns(self) -> tuple[str, ...]:
         """The columns the window puts before its results (docs/windows.md, "Output columns")."""
@@ -737,7 +737,7 @@ class WindowedStream:
                                                    f"{', '.join(added)}); {fix}")
 
     def _finish(self, node: WindowAggregateNode) -> WindowResult:
-        by_count = isinstance(self.shape, (Count, Global)) or isinstance(self.emission.trigger, CountTrigger)
+        by_count = self.shape.by_count or not self.emission.trigger.fires_on_time
         if self.stream.node.event_time is not None and not by_count:
             node = dataclasses.replace(node, event_time=RESULT_TIME)  # each result at its window's end - 1 µs
         check_stage(self.stream.pipeline.plan, node)
@@ -758,7 +758,7 @@ class WindowResult(Stream):
 
 
 def _emission(trigger: Any, allowed_lateness: object, accumulation: str, step: str, where: str) -> Emission:
-    if trigger is not None and not isinstance(trigger, (AfterWatermark, CountTrigger)):
+    if trigger is not None and not isinstance(trigger, Trigger):
         raise step_error(step, where, f"trigger must be hr.AfterWatermark(...) or hr.CountTrigger(n), got {trigger!r}")
     lateness = to_millis(allowed_lateness, f"step '{step}' allowed_lateness")
     if lateness < 0:

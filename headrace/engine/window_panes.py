@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headrace.engine.window_functions import BuiltinAggregates, WindowFunction
-from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission, EveryN
+from headrace.triggers import Emission
 from headrace.windows import Count, Global, Session, WindowShape
 
 NEG_INF = -math.inf
@@ -156,7 +156,7 @@ class WindowLogic:
     def on_watermark(self, state: WindowState, watermark: float, out: list[Fired]) -> None:
         """Fire the on-time panes of windows the watermark completed; forget expired ones."""
         state.watermark = max(state.watermark, watermark)
-        if isinstance(self.trigger, AfterWatermark) and not self.updates:
+        if self.trigger.fires_on_time and not self.updates:
             for ident in sorted(state.panes, key=_order):
                 pane = state.panes[ident]
                 if not pane.on_time_done and watermark >= ident[2]:
@@ -180,7 +180,7 @@ class WindowLogic:
         """The earliest watermark at which something will happen (an on-time pane or an expiry)."""
         times = []
         for (_, _start, end), pane in state.panes.items():
-            if isinstance(self.trigger, AfterWatermark) and not pane.on_time_done and not self.updates:
+            if self.trigger.fires_on_time and not pane.on_time_done and not self.updates:
                 times.append(end)
             times.append(end + self.lateness)
         finite = [t for t in times if t != math.inf]
@@ -201,26 +201,12 @@ class WindowLogic:
         pane.pending_records += 1
         if self.updates:  # fired at the end of the micro-batch
             return
-        if isinstance(self.trigger, CountTrigger):
-            pane.early_count += 1
-            if pane.early_count >= self.trigger.n:
-                self._fire(ident, pane, "count", out)
-            return
-        if watermark >= window[1]:  # complete but not expired: a late pane at once
-            pane.on_time_done = True
-            self._fire(ident, pane, "late", out)
-            return
-        early = self.trigger.early
-        if isinstance(early, EveryN):
-            pane.early_count += 1
-            if pane.early_count >= early.n:
-                self._fire(ident, pane, "early", out)
-        elif isinstance(early, AfterDelay) and pane.timer is None:
-            pane.timer = state.clock + early.delay_ms
+        kind = self.trigger.on_record(pane, window[1], watermark, state.clock)
+        if kind is not None:
+            self._fire(ident, pane, kind, out)
 
     def _fire(self, ident: tuple[Any, float, float], pane: Pane, kind: str, out: list[Fired]) -> None:
-        empty_on_time = (kind == "on_time" and isinstance(self.trigger, AfterWatermark)
-                         and self.trigger.on_time_empty == "fire")
+        empty_on_time = kind == "on_time" and self.trigger.fires_empty_on_time()
         if not pane.pending_records and not empty_on_time:
             return
         accumulator = pane.total if self.emission.accumulating else pane.pending

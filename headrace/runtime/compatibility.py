@@ -46,14 +46,13 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from headrace.durations import describe_millis
 from headrace.errors import IncompatibleCheckpoint
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import SinkNode, SourceNode, WindowAggregateNode
+from headrace.plan.nodes import LateRecordsNode, SinkNode, SourceNode, WindowAggregateNode
 from headrace.runtime.checkpoints import has_batches, read_plan, write_plan
-from headrace.spark.specs import STATEFUL_KINDS, native_sink_format, spec_of
+from headrace.spark.specs import native_sink_format, spec_of, spec_of_json, window_needs_processor
 from headrace.spark.stages import earlier_stateful
-from headrace.spark.window_choice import window_needs_processor
+from headrace.spark.state_changes import Change, StateDiff, differences
 
 RECORD_FORMAT = 1
 ROLES = ("source", "stateful step", "sink", "step")
@@ -88,16 +87,6 @@ def plan_record(plan: Plan) -> dict[str, Any]:
 
 
 # -- the verdict -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Change:
-    what: str
-    old: str
-    new: str
-
-    def __str__(self) -> str:
-        return f"{self.what} {self.old} → {self.new}"
-
 
 @dataclass(frozen=True)
 class StepVerdict:
@@ -216,38 +205,16 @@ class _Nodes:
 
     def late_outputs(self, name: str) -> list[str]:
         return [n["name"] for n in self.nodes.values()
-                if n.get("kind") == "late_records" and name in (n.get("inputs") or [])]
+                if n.get("kind") == LateRecordsNode.kind and name in (n.get("inputs") or [])]
 
 
 def _role(node: dict[str, Any]) -> str:
-    kind = node.get("kind")
-    if kind == "source":
-        return "source"
-    if kind == "sink":
-        return "sink"
-    if kind == "sql":  # an SQL step keeps state when its query aggregates
-        return "step" if node.get("shape") == "stateless" else "stateful step"
-    return "stateful step" if kind in STATEFUL_KINDS or kind == "operator" else "step"
-
-
-def _kind_label(node: dict[str, Any]) -> str:
-    kind = node.get("kind", "?")
-    if kind in ("source", "sink"):
-        return str((node.get("connector") or {}).get("type", kind))
-    if kind == "window_aggregate":
-        return "window"
-    if kind == "rolling_aggregate":
-        return "rolling reduce" if node.get("reduce") else "rolling aggregate"
-    if kind == "keyed_process":
-        return "process step"
-    if kind == "operator":
-        return f"operator {node.get('operator')}"
-    return str(node.get("mode") or kind)
+    return spec_of_json(node).role
 
 
 def _verdict(role: str, node: dict[str, Any], status: str, **rest: Any) -> StepVerdict:
-    return StepVerdict(node["name"], role, _kind_label(node), status, defined_at=str(node.get("defined_at", "")),
-                       **rest)
+    return StepVerdict(node["name"], role, spec_of_json(node).restart_label(node), status,
+                       defined_at=str(node.get("defined_at", "")), **rest)
 
 
 def _compare_step(role: str, old: dict[str, Any], new: dict[str, Any], old_plan: _Nodes,
@@ -258,7 +225,7 @@ def _compare_step(role: str, old: dict[str, Any], new: dict[str, Any], old_plan:
         return _compare_stateful(old, new, old_plan, new_plan)
     if role == "sink":
         return _compare_sink(old, new)
-    changes = _differences(old, new, ignore=("defined_at", "name"))
+    changes = differences(old, new, ignore=("defined_at", "name"))
     return _verdict(role, new, "changed" if changes else "kept", changes=changes)
 
 
@@ -269,8 +236,7 @@ def _gone(role: str, node: dict[str, Any]) -> StepVerdict:
         "stateful step": "its saved state would be lost, and Spark cannot restart a query without a stateful step "
                          "it had",
     }.get(role, "")
-    if node.get("kind") == "operator":
-        why = "the state its instances saved beside the checkpoint would be lost"
+    why = spec_of_json(node).state_lost or why
     return _verdict(role, node, "removed", refused=role in ("source", "stateful step"), why=why)
 
 
@@ -282,8 +248,9 @@ def _added(role: str, node: dict[str, Any]) -> StepVerdict:
         "sink": "it commits under a fresh identity, so it gets the output of the batches run after the restart, "
                 "not what was emitted before",
     }.get(role, "")
-    if node.get("kind") == "operator":  # it runs in foreachBatch, its state beside the checkpoint: it starts empty
-        return _verdict(role, node, "new", why="a new operator starts with the state its constructor gives it")
+    fresh = spec_of_json(node).starts_fresh
+    if fresh:
+        return _verdict(role, node, "new", why=fresh)
     return _verdict(role, node, "new", refused=role in ("source", "stateful step"), why=why)
 
 
@@ -312,7 +279,7 @@ def _compare_source(old: dict[str, Any], new: dict[str, Any]) -> StepVerdict:
     if old_connector.get("type") != new_connector.get("type"):
         refused.append(Change("type", str(old_connector.get("type")), str(new_connector.get("type"))))
     else:
-        identity = _differences(old.get("offset_identity") or {}, new.get("offset_identity") or {})
+        identity = differences(old.get("offset_identity") or {}, new.get("offset_identity") or {})
         refused += identity
     if refused:
         reasons.append("the offsets in the checkpoint would point at other records")
@@ -323,7 +290,7 @@ def _compare_source(old: dict[str, Any], new: dict[str, Any]) -> StepVerdict:
                        "firing every window at the end of time, after which every new record would be late)")
     if refused:
         return _verdict("source", new, "changed", refused=True, changes=tuple(refused), why="; ".join(reasons))
-    allowed = _differences(old_connector, new_connector, ignore=("guarantee", "bounded"))
+    allowed = differences(old_connector, new_connector, ignore=("guarantee", "bounded"))
     return _verdict("source", new, "changed" if allowed else "kept", changes=allowed,
                     why="the offsets keep their meaning" if allowed else "")
 
@@ -335,81 +302,32 @@ def _bounded(value: Any) -> str:
 # Stateful steps.
 
 def _compare_stateful(old: dict[str, Any], new: dict[str, Any], old_plan: _Nodes, new_plan: _Nodes) -> StepVerdict:
-    refused: list[Change] = []
-
-    def check(what: str, before: Any, after: Any) -> None:
-        if before != after:
-            refused.append(Change(what, _text(before), _text(after)))
-
-    def check_fields(what: str, before: Any, after: Any) -> None:
-        """Only the fields that differ, when both schemas are known."""
-        if before is not None and after is not None and before != after:
-            old_only = [f"{n} {t}" for n, t in before if [n, t] not in after]
-            new_only = [f"{n} {t}" for n, t in after if [n, t] not in before]
-            refused.append(Change(what, ", ".join(old_only) or "none", ", ".join(new_only) or "none"))
-
-    check("kind", _kind_label(old), _kind_label(new))
     old_input, new_input = old_plan.input_of(old), new_plan.input_of(new)
-    check("key fields", _names(old.get("keys")), _names(new.get("keys")))
+    diff = StateDiff(old, new, old_input, new_input, old_plan.late_outputs(old["name"]),
+                     new_plan.late_outputs(new["name"]))
+    diff.check("kind", spec_of_json(old).restart_label(old), spec_of_json(new).restart_label(new))
+    diff.check_key("key fields", "keys", _names)
     if old.get("keys") == new.get("keys"):
         old_types, new_types = _types(old_input), _types(new_input)
         for key in old.get("keys") or []:
             if key in old_types and key in new_types:
-                check(f"type of key field {key!r}", old_types[key], new_types[key])
+                diff.check(f"type of key field {key!r}", old_types[key], new_types[key])
     # earlier versions refused a stateful step after another, so a record without it has none
-    check("stateful steps it reads the results of", _names(old.get("after") or []), _names(new.get("after") or []))
-    kind = new.get("kind")
-    allowed: list[Change] = []
-    if kind == old.get("kind") == "window_aggregate":
-        check("window", _window_text(old.get("window")), _window_text(new.get("window")))
-        check("event time field", old_input.get("event_time"), new_input.get("event_time"))
-        check("emit", old.get("emit"), new.get("emit"))
-        old_emission, new_emission = old.get("emission") or {}, new.get("emission") or {}
-        check("trigger", _trigger_text(old_emission.get("trigger")), _trigger_text(new_emission.get("trigger")))
-        check("allowed lateness", _millis(old_emission.get("allowed_lateness_ms")),
-              _millis(new_emission.get("allowed_lateness_ms")))
-        check("accumulation", old_emission.get("accumulation"), new_emission.get("accumulation"))
-        check("window function", old.get("function"), new.get("function"))
-        check("aggregates", _aggs_text(old.get("aggs")), _aggs_text(new.get("aggs")))
-        check("late side output", _late_text(old_plan.late_outputs(old["name"])),
-              _late_text(new_plan.late_outputs(new["name"])))
-        if old.get("operator") and new.get("operator"):  # records of earlier versions lack it
-            check("operator", old["operator"], new["operator"])
-        if new.get("function") in ("aggregates", "reduce") and not refused:  # e.g. sum over long → double
-            check_fields("output fields", old.get("schema"), new.get("schema"))
-        if new.get("function") in ("reduce", "process"):  # the state keeps input records
-            check_fields("input fields", old_input.get("schema"), new_input.get("schema"))
-        allowed += _differences(old, new, only=("fn",))
-    elif kind == old.get("kind") == "rolling_aggregate":
-        check("aggregates", _aggs_text(old.get("aggs")), _aggs_text(new.get("aggs")))
-        check("reduce", "yes" if old.get("reduce") else "no", "yes" if new.get("reduce") else "no")
-        # a ttl moves built-in aggregates from Spark's groupBy to a Python fold with a timeout;
-        # a different ttl is only a different timeout
-        check("ttl", "set" if old.get("ttl_ms") is not None else "none",
-              "set" if new.get("ttl_ms") is not None else "none")
-        if not refused:  # a reduce keeps whole records; aggregates keep values of their fields' types
-            check_fields("output fields", old.get("schema"), new.get("schema"))
-        allowed += _differences(old, new, only=("reduce", "ttl_ms"))
-    elif kind == old.get("kind") == "sql":
-        check("query shape", old.get("shape"), new.get("shape"))
-        allowed += _differences(old, new, only=("query",))
-    elif kind == old.get("kind") == "keyed_process":
-        check("declared state", _state_text(old.get("state")), _state_text(new.get("state")))
-        allowed += _differences(old, new, only=("fn",))
-    elif kind == old.get("kind") == "operator":  # instances own their state: their number is fixed
-        check("partitions", old.get("partitions"), new.get("partitions"))
-        allowed += _differences(old, new, only=("application_window", "edges"))
-    if refused:
-        return _verdict("stateful step", new, "changed", refused=True, changes=tuple(refused),
+    diff.check_key("stateful steps it reads the results of", "after", lambda after: _names(after or []))
+    compare_state = spec_of_json(new).compare_state
+    if new.get("kind") == old.get("kind") and compare_state is not None:
+        compare_state(diff)
+    if diff.refused:
+        return _verdict("stateful step", new, "changed", refused=True, changes=tuple(diff.refused),
                         why="its saved state was built for the old settings")
-    return _verdict("stateful step", new, "changed" if allowed else "kept", changes=tuple(allowed),
-                    why="its code changed; the state it saved must still suit it" if allowed else "")
+    return _verdict("stateful step", new, "changed" if diff.allowed else "kept", changes=tuple(diff.allowed),
+                    why="its code changed; the state it saved must still suit it" if diff.allowed else "")
 
 
 # Sinks.
 
 def _compare_sink(old: dict[str, Any], new: dict[str, Any]) -> StepVerdict:
-    changes = _differences(old.get("connector") or {}, new.get("connector") or {}, ignore=("guarantee",))
+    changes = differences(old.get("connector") or {}, new.get("connector") or {}, ignore=("guarantee",))
     old_writer, new_writer = old.get("writer"), new.get("writer")
     if not changes and old_writer and new_writer and old_writer != new_writer:
         return _verdict("sink", new, "changed", refused=True, changes=(Change("writer", old_writer, new_writer),),
@@ -421,76 +339,12 @@ def _compare_sink(old: dict[str, Any], new: dict[str, Any]) -> StepVerdict:
 
 # -- rendering -------------------------------------------------------------------------------------
 
-def _differences(old: dict[str, Any], new: dict[str, Any], ignore: tuple[str, ...] = (),
-                 only: tuple[str, ...] | None = None) -> tuple[Change, ...]:
-    keys = [k for k in dict.fromkeys([*old, *new]) if k not in ignore and (only is None or k in only)]
-    return tuple(Change(k, _text(old.get(k)), _text(new.get(k))) for k in keys if old.get(k) != new.get(k))
-
-
-def _text(value: Any, limit: int = 80) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _names(values: Any) -> str:
     return ", ".join(map(str, values)) if values else "none"
 
 
 def _types(node: dict[str, Any]) -> dict[str, str]:
     return {str(pair[0]): str(pair[1]) for pair in node.get("schema") or []}
-
-
-def _millis(value: Any) -> str:
-    return describe_millis(int(value)) if isinstance(value, int) and value else "none"
-
-
-def _window_text(window: Any) -> str:
-    if not isinstance(window, dict):
-        return _text(window)
-    kind = window.get("kind")
-    offset = f" offset {describe_millis(window['offset_ms'])}" if window.get("offset_ms") else ""
-    if kind == "tumbling":
-        return f"tumbling {describe_millis(window['size_ms'])}{offset}"
-    if kind == "sliding":
-        return f"sliding {describe_millis(window['size_ms'])} every {describe_millis(window['slide_ms'])}{offset}"
-    if kind == "session":
-        return f"session gap {describe_millis(window['gap_ms'])}"
-    if kind == "count":
-        slide = f" every {window['slide']}" if window.get("slide") not in (None, window.get("size")) else ""
-        return f"count {window.get('size')}{slide}"
-    return str(kind) if kind == "global" else _text(window)
-
-
-def _trigger_text(trigger: Any) -> str:
-    if not isinstance(trigger, dict):
-        return _text(trigger)
-    if trigger.get("type") == "count":
-        return f"every {trigger.get('n')} records"
-    if trigger.get("type") != "event_time":
-        return _text(trigger)
-    text = "after the watermark"
-    early = trigger.get("early") or {}
-    if "every_n_elements" in early:
-        text += f", early every {early['every_n_elements']} records"
-    elif "processing_time_delay_ms" in early:
-        text += f", early after {describe_millis(early['processing_time_delay_ms'])} of processing time"
-    if trigger.get("on_time_empty_pane") == "fire":
-        text += ", empty on-time panes fired"
-    return text
-
-
-def _aggs_text(aggs: Any) -> str:
-    if not aggs:
-        return "none"
-    return ", ".join(f"{name}={agg.get('func')}({agg.get('column') or ''})" for name, agg in aggs.items())
-
-
-def _late_text(names: list[str]) -> str:
-    return ", ".join(repr(n) for n in names) if names else "none"
-
-
-def _state_text(state: Any) -> str:
-    return ", ".join(f"{name} ({kind})" for name, kind in state.items()) if state else "none"
 
 
 # -- the runtime's entry points --------------------------------------------------------------------

@@ -127,7 +127,7 @@ def _server_lost(message: str) -> bool:
 
 def _older_than_watermark(plan: Plan, text: str) -> str:
     """A stateful step handed a later one a result at or behind the watermark (headrace/spark/stages.py)."""
-    from headrace.spark.stages import result_time_needed  # the runtime's failures need Spark only here
+    from headrace.spark.specs import result_time_needed  # the runtime's failures need Spark only here
 
     steps = [n for n in plan.nodes.values() if result_time_needed(plan, n)]
     found = _OLDER.search(text)

@@ -14,20 +14,13 @@ from pyspark.sql import DataFrame, SparkSession
 
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node, SourceNode, WindowAggregateNode
+from headrace.spark.batch_roots import branch_root, shared_root
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.lowerings import LOWERINGS
 from headrace.spark.plan_checks import check_plan
-from headrace.spark.specs import (
-    branch_root,
-    has_operators,
-    output_mode,
-    shared_root,
-    spec_of,
-)
-from headrace.spark.stages import result_time_needed
+from headrace.spark.specs import has_operators, output_mode, result_time_needed, spec_of, window_needs_processor
 from headrace.spark.stateless import good_rows, with_watermark
 from headrace.spark.watermarks import WatermarkPlacement
-from headrace.spark.window_choice import window_needs_processor
 from headrace.spark.window_lowering import window_panes
 
 
@@ -78,7 +71,7 @@ class Lowering(WatermarkPlacement):
     def frame(self, name: str) -> DataFrame:
         if name not in self.frames:
             node = self.plan.nodes[name]
-            self.frames[name] = LOWERINGS[node.kind].lower(node, self)
+            self.frames[name] = LOWERINGS[type(node)].lower(node, self)
         return self.frames[name]
 
     def result_time(self, node: Node) -> bool:

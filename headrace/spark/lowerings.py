@@ -1,5 +1,6 @@
 """How each node kind is lowered to Spark, and how ``explain`` names that lowering, one entry
-per kind in ``LOWERINGS``; what a kind asks of the query is its spec (``headrace/spark/specs.py``)."""
+per node class in ``LOWERINGS``; what a kind asks of the query is its spec
+(``headrace/spark/specs.py``), kept apart because lowering needs pyspark and checking a plan must not."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.plan import nodes
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node
 from headrace.spark import stateless
@@ -14,10 +16,9 @@ from headrace.spark.clocks import spark_ttl
 from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
 from headrace.spark.process_lowering import lower_process
 from headrace.spark.rolling import lower_rolling
-from headrace.spark.specs import folds_in_python, native_sink_format, python_chains
+from headrace.spark.specs import folds_in_python, native_sink_format, python_chains, window_needs_processor
 from headrace.spark.sql import lower_sql, sql_lowered_as
 from headrace.spark.watermarks import WatermarkPlacement
-from headrace.spark.window_choice import window_lowered_as
 from headrace.spark.window_lowering import lower_late_records, lower_window
 
 
@@ -72,27 +73,38 @@ def _rolling_lowered_as(plan: Plan, node: Any) -> str:
     return "stateful processor (applyInPandasWithState), update mode"
 
 
-LOWERINGS: dict[str, KindLowering] = {
-    "source": KindLowering(stateless.lower_source, lambda plan, node: node.connector.lowered_as),
-    "table": KindLowering(stateless.lower_table, "static DataFrame (broadcast)"),
-    "native": KindLowering(stateless.lower_native, "native Spark expressions"),
-    "python": KindLowering(stateless.lower_python, _python_lowered_as),
-    "event_time": KindLowering(stateless.lower_event_time, _event_time_lowered_as),
-    "key_by": KindLowering(stateless.lower_key_by, "native (keys used by the next aggregate)"),
-    "rolling_aggregate": KindLowering(lower_rolling, _rolling_lowered_as),
-    "window_aggregate": KindLowering(lower_window, window_lowered_as),
-    "late_records": KindLowering(lower_late_records, "the window processor's late side output"),
-    "keyed_process": KindLowering(lower_process, _process_lowered_as),
-    "join": KindLowering(stateless.lower_join, "native stream-static join (broadcast)"),
-    "union": KindLowering(stateless.lower_union, "native union"),
-    "dead_letters": KindLowering(stateless.lower_dead_letters, "native filter of the source's dead-letter columns"),
-    "sink": KindLowering(stateless.lower_sink, _sink_lowered_as),
-    "operator": KindLowering(lower_operator, _operator_lowered_as),
-    "port": KindLowering(lower_port, "rows of the port's schema (fused Arrow stage in each micro-batch)"),
-    "sql": KindLowering(lower_sql, sql_lowered_as),  # every shape of query (headrace/plan/sql_query.py)
+def _window_lowered_as(plan: Plan, node: Any) -> str:
+    reasons = window_needs_processor(plan, node)
+    if reasons:
+        return ("stateful processor (transformWithStateInPandas, state per key, event-time timers) "
+                f"because of {', '.join(reasons)}")
+    operator = node.window.spark_function
+    mode = "append" if node.emit == "final" else "update"
+    return f"native Spark {operator} aggregate, {mode} mode (its semantics match Spark's operator)"
+
+
+LOWERINGS: dict[type[Node], KindLowering] = {
+    nodes.SourceNode: KindLowering(stateless.lower_source, lambda plan, node: node.connector.lowered_as),
+    nodes.TableNode: KindLowering(stateless.lower_table, "static DataFrame (broadcast)"),
+    nodes.NativeStep: KindLowering(stateless.lower_native, "native Spark expressions"),
+    nodes.PythonStep: KindLowering(stateless.lower_python, _python_lowered_as),
+    nodes.EventTimeNode: KindLowering(stateless.lower_event_time, _event_time_lowered_as),
+    nodes.KeyByNode: KindLowering(stateless.lower_key_by, "native (keys used by the next aggregate)"),
+    nodes.RollingAggregateNode: KindLowering(lower_rolling, _rolling_lowered_as),
+    nodes.WindowAggregateNode: KindLowering(lower_window, _window_lowered_as),
+    nodes.LateRecordsNode: KindLowering(lower_late_records, "the window processor's late side output"),
+    nodes.KeyedProcessNode: KindLowering(lower_process, _process_lowered_as),
+    nodes.JoinNode: KindLowering(stateless.lower_join, "native stream-static join (broadcast)"),
+    nodes.UnionNode: KindLowering(stateless.lower_union, "native union"),
+    nodes.DeadLettersNode: KindLowering(stateless.lower_dead_letters,
+                                        "native filter of the source's dead-letter columns"),
+    nodes.SinkNode: KindLowering(stateless.lower_sink, _sink_lowered_as),
+    nodes.OperatorNode: KindLowering(lower_operator, _operator_lowered_as),
+    nodes.PortNode: KindLowering(lower_port, "rows of the port's schema (fused Arrow stage in each micro-batch)"),
+    nodes.SqlNode: KindLowering(lower_sql, sql_lowered_as),  # every shape of query (headrace/plan/sql_query.py)
 }
 
 
 def lowering_of(plan: Plan) -> dict[str, str]:
     """One phrase per node: native Spark, fused Python stage, stateful processor."""
-    return {name: LOWERINGS[node.kind].describe(plan, node) for name, node in plan.nodes.items()}
+    return {name: LOWERINGS[type(node)].describe(plan, node) for name, node in plan.nodes.items()}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from headrace.errors import step_error
 from headrace.plan.graph import Plan
+from headrace.spark.batch_roots import check_operators
 from headrace.spark.real_time_obstacles import check_real_time
-from headrace.spark.specs import check_operators, check_sink_takes_updates, spec_of
+from headrace.spark.specs import check_sink_takes_updates, spec_of
 from headrace.spark.stages import check_stages
 
 
@@ -24,11 +25,8 @@ def check_plan(plan: Plan) -> None:
     updating = [n for n in stateful if spec_of(n).output_mode(n) == "update"]
     if appending and updating:
         first, other = appending[0], updating[0]
-        what = "a window with emit='final'" if first.kind == "window_aggregate" else "a process step"
-        if first.kind == "sql":
-            what = "an SQL query with DISTINCT" if getattr(first, "shape", "") == "distinct" else "a windowed SQL query"
         raise step_error(first.name, first.defined_at,
-                         f"{what} cannot share pipeline {plan.name!r} with step {other.name!r} "
+                         f"{spec_of(first).appending} cannot share pipeline {plan.name!r} with step {other.name!r} "
                          f"({other.defined_at}), which emits updates: the pipeline runs as one Spark query with "
                          "one output mode; use emit='updates' on windows, or a pipeline for each")
     alone = [n for n in stateful if spec_of(n).runs_alone(n)]

@@ -1,22 +1,26 @@
-"""One spec per node kind, registered in ``SPECS``: whether it runs the same on one micro-batch,
-and what it asks of the pipeline's one Spark query (state, output mode, the watermark, control
-rows). How each kind is lowered, and how ``explain`` names that, is in
-``headrace/spark/lowerings.py``.
+"""One spec per node kind, keyed by the node's class in ``SPECS``: what it asks of the pipeline's
+one Spark query (state, output mode, the watermark, control rows, whether it runs the same on
+one micro-batch), how messages name it, why it keeps a pipeline out of Spark's real-time mode,
+and what a restart compares of it (from the JSON of a plan record: ``spec_of_json``). How each
+kind is lowered to Spark, and how ``explain`` names that, is in ``headrace/spark/lowerings.py``,
+which needs pyspark; checking a plan reads only this module.
 
-The compiler, ``explain``, the writer, the one-query rules below and the checkpoint
-compatibility check all read these specs, so none of them re-derives another's choices.
+The compiler, ``explain``, the writer, the one-query rules, the real-time check and the
+checkpoint compatibility check all read these specs, so none of them re-derives another's choices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from headrace.errors import PlanError, step_error
+from headrace.errors import PlanError
+from headrace.plan import nodes
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import KeyByNode, Node, PythonStep
-from headrace.plan.sql_query import SQL_OUTPUT_MODES
+from headrace.plan.nodes import RESULT_TIME, KeyByNode, LateRecordsNode, Node, PythonStep, SourceNode
+from headrace.plan.sql_query import DISTINCT, SQL_OUTPUT_MODES
+from headrace.spark import state_changes
 from headrace.spark.clocks import spark_ttl
 from headrace.spark.real_time import REAL_TIME
 
@@ -29,8 +33,16 @@ def _never(*node: Any) -> bool:
     return False
 
 
-def _nothing(node: Any) -> str | None:
+def _nothing(*node: Any) -> str | None:
     return None
+
+
+def _no_event_time(node: Any) -> str:
+    return "it has no event time"
+
+
+def _mode_or_kind(node: dict[str, Any]) -> str:
+    return str(node.get("mode") or node.get("kind", "?"))
 
 
 @dataclass(frozen=True)
@@ -46,12 +58,37 @@ class NodeSpec:
     processing_time: Callable[[Plan, Any], bool] = _never
     # runs only on a micro-batch inside foreachBatch, where the batch id is known (operators)
     batch_only: bool = False
-    # the spec of a node whose kind alone does not decide it (an SQL step: its query's shape)
-    variant: Callable[[Any], NodeSpec] | None = None
+    # keeps its own state beside the checkpoint, saved in each micro-batch (operators)
+    own_state: bool = False
+    reads_every_input: bool = False  # needs all its inputs' streams at once (per batch only with one)
+    pushes_filter: Callable[[Any], bool] = _never  # may hold a filter Catalyst pushes below the watermark
     # why its results cannot feed a later stateful step in the same query (None: they can)
     feeds_stage: Callable[[Any], str | None] = _nothing
     # why it cannot read the results of an earlier stateful step in the same query (None: it can)
     follows_stage: Callable[[Any], str | None] = _nothing
+    result_time: str = "the time it was emitted with"  # the event time of a stateful step's results
+    timeless: Callable[[Any], str] = _no_event_time  # why a stateful step's results carry no event time
+    label: str = ""  # how a message names a step of this kind: ``window 'per_minute'``
+    appending: str = ""  # how a message names it when it emits final results (append mode)
+    # why it keeps the pipeline out of Spark's real-time mode (plan, node, how to name the step)
+    real_time: Callable[[Plan, Any, str], str | None] = _nothing
+    # a restart's check, on the node's JSON: its role and kind, what it compares of its state,
+    # why losing it is refused (when more than Spark's state is lost), and the note when it may
+    # be added with its state starting fresh
+    endpoint: str | None = None  # "source" or "sink"
+    restart_label: Callable[[dict[str, Any]], str] = _mode_or_kind
+    compare_state: Callable[[state_changes.StateDiff], None] | None = None
+    state_lost: str = ""
+    starts_fresh: str = ""
+    # a node whose kind alone does not decide its spec (an SQL step: its query's shape): the
+    # setting that does, and the spec for each of its values
+    variant_by: str | None = None
+    variants: Mapping[str, NodeSpec] = field(default_factory=dict)
+
+    @property
+    def role(self) -> str:
+        """Its role in a restart's check: source, sink, stateful step or step (stateless)."""
+        return self.endpoint or ("stateful step" if self.stateful or self.own_state else "step")
 
 
 def python_chains(plan: Plan) -> list[list[str]]:
@@ -87,7 +124,7 @@ def native_sink_format(plan: Plan, node: Any) -> str | None:
 
 def has_operators(plan: Plan) -> bool:
     """Whether some step runs only in foreachBatch (operators and their ports)."""
-    return any(SPECS[n.kind].batch_only for n in plan.nodes.values())
+    return any(spec_of(n).batch_only for n in plan.nodes.values())
 
 
 def folds_in_python(node: Any) -> bool:
@@ -120,43 +157,194 @@ def _rolling_follows(node: Any) -> str | None:
     return f"is a rolling aggregate, which {UPDATES}; use a window with emit='final'"
 
 
-SPECS: dict[str, NodeSpec] = {
-    "source": NodeSpec(),
-    "table": NodeSpec(),
-    "native": NodeSpec(per_batch=True),
-    "python": NodeSpec(per_batch=True),
-    "event_time": NodeSpec(reads_control=True),
-    "key_by": NodeSpec(per_batch=True),
-    "rolling_aggregate": NodeSpec(stateful=True, output_mode=lambda node: "update", runs_alone=folds_in_python,
-                                  processing_time=lambda plan, node: node.ttl_ms is not None,
-                                  feeds_stage=lambda node: UPDATES, follows_stage=_rolling_follows),
-    "window_aggregate": NodeSpec(stateful=True, output_mode=lambda node: "append" if node.emit == "final" else "update",
-                                 reads_watermark=True, feeds_stage=_window_feeds, follows_stage=_window_follows),
-    "late_records": NodeSpec(per_batch=True),
-    "keyed_process": NodeSpec(stateful=True, output_mode=lambda node: "append", reads_watermark=True,
-                              reads_control=True, processing_time=lambda plan, node: spark_ttl(plan, node) is not None),
-    "join": NodeSpec(per_batch=True),
-    "union": NodeSpec(),
-    "dead_letters": NodeSpec(per_batch=True),
-    "sink": NodeSpec(per_batch=True),
-    "operator": NodeSpec(per_batch=True, batch_only=True, reads_control=True),
-    "port": NodeSpec(per_batch=True, batch_only=True),
-    "sql": NodeSpec(variant=lambda node: SQL_SPECS[node.shape]),
-}
+def _sql_feeds(node: Any) -> str:
+    return UPDATES if SQL_OUTPUT_MODES[node.shape] == "update" else NO_SQL_TIME
+
+
+# Why a step keeps the pipeline out of Spark's real-time mode (headrace/spark/real_time_obstacles.py).
+OUTSIDE = "outside Spark's real-time allow-list"
+
+
+def _source_real_time(plan: Plan, node: Any, where: str) -> str | None:
+    if node.connector.real_time:
+        return None
+    return (f"source {node.name!r} reads {type(node.connector).__name__}: Spark's real-time mode reads only Kafka "
+            "(hr.sources.Kafka)")
+
+
+def _rolling_real_time(plan: Plan, node: Any, where: str) -> str | None:
+    return f"{where} folds its keys in Python (applyInPandasWithState), {OUTSIDE}" if folds_in_python(node) else None
+
+
+def _window_real_time(plan: Plan, node: Any, where: str) -> str | None:
+    reasons = window_needs_processor(plan, node)
+    if reasons:
+        return (f"{where} needs headrace's window processor (transformWithStateInPandas) because of "
+                f"{', '.join(reasons)}; only Spark's native window aggregate runs in real-time mode")
+    if node.emit == "final":
+        return f"{where} emits final results (append mode); real-time mode runs in update mode: use emit='updates'"
+    return None
+
+
+def _sql_real_time(plan: Plan, node: Any, where: str) -> str | None:
+    return (f"{where} is {spec_of(node).appending}, which emits final results (append mode); real-time mode runs "
+            "in update mode")
+
+
+def _union_real_time(plan: Plan, node: Any, where: str) -> str | None:
+    stateful = [n for n in node.inputs if any(spec_of(plan.nodes[u]).stateful for u in plan.upstream(n) | {n})]
+    if stateful:
+        return f"{where} unions the output of a stateful step, which Spark's real-time mode refuses"
+    sources = [{u for u in plan.upstream(n) | {n} if isinstance(plan.nodes[u], SourceNode)} for n in node.inputs]
+    shared = set.intersection(*sources) if sources else set()
+    if shared:
+        return (f"{where} unions two branches of source {sorted(shared)[0]!r}; Spark's real-time mode reads a "
+                "source once per query: give each branch a source of its own")
+    return None
+
+
+def _connector_type(node: dict[str, Any]) -> str:
+    return str((node.get("connector") or {}).get("type", node.get("kind")))
+
+
 # An SQL step runs as its query's shape says (headrace/plan/sql_query.py).
 SQL_SPECS: dict[str, NodeSpec] = {
     shape: NodeSpec(per_batch=mode is None, stateful=mode is not None,
                     output_mode=lambda node: SQL_OUTPUT_MODES[node.shape],
-                    reads_watermark=shape == "windowed aggregate",
-                    feeds_stage=lambda node: UPDATES if SQL_OUTPUT_MODES[node.shape] == "update" else NO_SQL_TIME,
-                    follows_stage=lambda node: NO_SQL_TIME)
+                    reads_watermark=shape == "windowed aggregate", pushes_filter=lambda node: True,
+                    feeds_stage=_sql_feeds, follows_stage=lambda node: NO_SQL_TIME,
+                    timeless=lambda node: f"it {_sql_feeds(node)}", label="SQL step",
+                    appending="an SQL query with DISTINCT" if shape == DISTINCT else "a windowed SQL query",
+                    real_time=_sql_real_time if mode == "append" else _nothing, compare_state=state_changes.compare_sql)
     for shape, mode in SQL_OUTPUT_MODES.items()}
-STATEFUL_KINDS = frozenset(kind for kind, spec in SPECS.items() if spec.stateful)
+_SPECS: dict[type[Node], NodeSpec] = {
+    nodes.SourceNode: NodeSpec(real_time=_source_real_time, endpoint="source", restart_label=_connector_type),
+    nodes.TableNode: NodeSpec(),
+    nodes.NativeStep: NodeSpec(per_batch=True, pushes_filter=lambda node: node.mode == "filter"),
+    nodes.PythonStep: NodeSpec(per_batch=True, real_time=lambda plan, node, where: (
+        f"{where} is a Python step (a mapInArrow stage), which is {OUTSIDE}")),
+    nodes.EventTimeNode: NodeSpec(reads_control=True),
+    nodes.KeyByNode: NodeSpec(per_batch=True),
+    nodes.RollingAggregateNode: NodeSpec(
+        stateful=True, output_mode=lambda node: "update", runs_alone=folds_in_python,
+        processing_time=lambda plan, node: node.ttl_ms is not None, feeds_stage=lambda node: UPDATES,
+        follows_stage=_rolling_follows, label="rolling aggregate", real_time=_rolling_real_time,
+        restart_label=lambda node: "rolling reduce" if node.get("reduce") else "rolling aggregate",
+        compare_state=state_changes.compare_rolling),
+    nodes.WindowAggregateNode: NodeSpec(
+        stateful=True, output_mode=lambda node: "append" if node.emit == "final" else "update",
+        reads_watermark=True, feeds_stage=_window_feeds, follows_stage=_window_follows,
+        result_time="its window's end - 1 µs", timeless=lambda node: "its panes fire by count, not by the watermark",
+        label="window", appending="a window with emit='final'", real_time=_window_real_time,
+        restart_label=lambda node: "window", compare_state=state_changes.compare_window),
+    nodes.LateRecordsNode: NodeSpec(per_batch=True),
+    nodes.KeyedProcessNode: NodeSpec(
+        stateful=True, output_mode=lambda node: "append", reads_watermark=True, reads_control=True,
+        processing_time=lambda plan, node: spark_ttl(plan, node) is not None,
+        timeless=lambda node: "its input has no event time", label="process step", appending="a process step",
+        real_time=lambda plan, node, where: f"{where} is a process step (transformWithStateInPandas), {OUTSIDE}",
+        restart_label=lambda node: "process step", compare_state=state_changes.compare_process),
+    nodes.JoinNode: NodeSpec(per_batch=True, pushes_filter=lambda node: True),  # its inferred not-null filters
+    nodes.UnionNode: NodeSpec(real_time=_union_real_time),
+    nodes.DeadLettersNode: NodeSpec(per_batch=True, reads_every_input=True),
+    nodes.SinkNode: NodeSpec(per_batch=True, endpoint="sink", restart_label=_connector_type),
+    # its instances' state is saved beside the checkpoint: a new one starts from its constructor
+    nodes.OperatorNode: NodeSpec(
+        per_batch=True, batch_only=True, own_state=True, reads_control=True,
+        restart_label=lambda node: f"operator {node.get('operator')}", compare_state=state_changes.compare_operator,
+        state_lost="the state its instances saved beside the checkpoint would be lost",
+        starts_fresh="a new operator starts with the state its constructor gives it"),
+    nodes.PortNode: NodeSpec(per_batch=True, batch_only=True),
+    # a record whose shape this version does not know counts as stateful (its query may aggregate)
+    nodes.SqlNode: NodeSpec(stateful=True, label="SQL step", compare_state=state_changes.compare_sql,
+                            variant_by="shape", variants=SQL_SPECS),
+}
+SPECS: dict[type[Node], NodeSpec] = {
+    kind: spec if spec.label else replace(spec, label=kind.kind.replace("_", " ")) for kind, spec in _SPECS.items()}
+SPECS_BY_KIND: dict[str, NodeSpec] = {kind.kind: spec for kind, spec in SPECS.items()}
 
 
 def spec_of(node: Node) -> NodeSpec:
-    spec = SPECS[node.kind]
-    return spec.variant(node) if spec.variant is not None else spec
+    spec = SPECS[type(node)]
+    return spec.variants[getattr(node, spec.variant_by)] if spec.variant_by else spec
+
+
+def spec_of_json(node: dict[str, Any]) -> NodeSpec:
+    """The spec of a node's JSON in a plan record (of this version or an earlier one): a kind this
+    version does not know gets the spec of a stateless step."""
+    spec = SPECS_BY_KIND.get(str(node.get("kind")), NodeSpec())
+    return spec.variants.get(str(node.get(spec.variant_by)), spec) if spec.variant_by else spec
+
+
+# -- stateful steps in the query: a window's operator, and results that carry their event time --
+
+def stateful_steps(plan: Plan) -> int:
+    """How many stateful steps the query runs."""
+    return sum(1 for node in plan.nodes.values() if spec_of(node).stateful)
+
+
+def walk(plan: Plan, names: Iterable[str], onwards: Callable[[Node], Iterable[str]]) -> Iterator[Node]:
+    """The nodes ``names`` and those reached from them along ``onwards`` (the names to go on to
+    from a node: its inputs, its consumers, or none to stop there), each once."""
+    todo, seen = list(names), set()
+    while todo:
+        current = plan.nodes[todo.pop()]
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        yield current
+        todo.extend(onwards(current))
+
+
+def nearest_stateful(plan: Plan, names: Iterable[str], onwards: Callable[[Node], Iterable[str]]) -> list[Node]:
+    """The stateful steps among ``names`` and, past the others, along ``onwards`` (a node's inputs,
+    or its consumers), up to the first stateful step on each path."""
+    def until_stateful(node: Node) -> Iterable[str]:
+        return () if spec_of(node).stateful else onwards(node)
+
+    return [node for node in walk(plan, names, until_stateful) if spec_of(node).stateful]
+
+
+def result_time_needed(plan: Plan, node: Node) -> bool:
+    """Whether the results of the stateful step ``node`` must carry ``RESULT_TIME``: a later
+    stateful step reads them with their event time."""
+    if node.event_time != RESULT_TIME or not spec_of(node).stateful:
+        return False
+
+    def consumers(current: Node) -> list[str]:
+        return [c.name for c in plan.consumers(current.name)]
+
+    later = nearest_stateful(plan, consumers(node), consumers)
+    return any(plan.nodes[i].event_time == RESULT_TIME for step in later for i in step.inputs)
+
+
+def window_needs_processor(plan: Plan, node: Any) -> list[str]:
+    """Why a window step cannot use Spark's native window operator (empty: it can)."""
+    reasons = []
+    shape = node.window.native_obstacle()
+    if shape:
+        reasons.append(shape)
+    if not node.emission.is_default():
+        default = type(node.emission)()
+        if node.emission.trigger != default.trigger:
+            reasons.append(f"trigger: {node.emission.trigger.describe()}")
+        if node.emission.allowed_lateness_ms:
+            reasons.append(f"allowed lateness {node.emission.allowed_lateness_ms} ms")
+        if not node.emission.accumulating:
+            reasons.append("discarding panes")
+    if node.function != "aggregates":
+        reasons.append(f"a {node.function.replace('_', ' ')}")
+    if any(isinstance(c, LateRecordsNode) for c in plan.consumers(node.name)):
+        reasons.append("a late side output")
+    if plan.nodes[node.inputs[0]].event_time != RESULT_TIME and stateful_steps(plan) > 1:
+        # in a query with several stateful operators, Spark's drop only what was late for the
+        # watermark of the micro-batch before (stages.ALLOW_MULTIPLE): the processor judges
+        # against the micro-batch's own, as documented
+        reasons.append("the first window of a chain (a record late for this micro-batch's watermark is dropped)"
+                       if result_time_needed(plan, node) else
+                       "another stateful step in the pipeline (a record late for this micro-batch's watermark is "
+                       "dropped)")
+    return reasons
 
 
 # Spark runs a query with a step in processing-time mode micro-batch after micro-batch, with
@@ -180,82 +368,6 @@ def output_mode(plan: Plan) -> str:
         return "update"
     modes = {spec_of(n).output_mode(n) for n in plan.nodes.values()}
     return "update" if "update" in modes else "append"
-
-
-def _path_up(plan: Plan, sink: Node) -> list[str]:
-    """From a sink upwards while the steps can run per batch; ends with the first that cannot.
-    A step at or below an operator (which runs only per batch) is never a candidate root."""
-    path, name = [], sink.inputs[0]
-    while True:
-        path.append(name)
-        node = plan.nodes[name]
-        if spec_of(node).batch_only:
-            path.clear()
-        if not spec_of(node).per_batch or not node.inputs:
-            return path
-        if node.kind == "dead_letters" and len(node.inputs) > 1:  # needs every source's stream
-            return path
-        name = node.inputs[0]
-
-
-def branch_root(plan: Plan, sink: Node) -> str:
-    """The step the query runs to for the sink ``sink`` when the sinks share no root: the
-    nearest step above it that does not run per batch (a source, a stateful step, a union);
-    the steps between run on each micro-batch inside foreachBatch."""
-    return _path_up(plan, sink)[-1]
-
-
-def shared_root(plan: Plan) -> str | None:
-    """The lowest step every sink descends from through per-batch steps only, if any: the query
-    runs up to it, and each sink's branch runs on the micro-batch inside foreachBatch. So a
-    stateful step that feeds several sinks (a window and its late records) runs once, and
-    operators run where the batch id is known."""
-    paths = [_path_up(plan, sink) for sink in plan.sinks()]
-    for candidate in paths[0]:
-        if all(candidate in path for path in paths[1:]) and _feeds_every_operator(plan, candidate):
-            return candidate
-    return None
-
-
-def _feeds_every_operator(plan: Plan, root: str) -> bool:
-    """Whether every input of every operator comes from ``root`` through per-batch steps."""
-    for node in plan.nodes.values():
-        if spec_of(node).batch_only and root != node.name:
-            for name in node.inputs:
-                if spec_of(plan.nodes[name]).batch_only:
-                    continue
-                if name != root and root not in plan.upstream(name):
-                    return False
-                between = plan.upstream(name) - plan.upstream(root) - {root}
-                if name != root and not all(spec_of(plan.nodes[u]).per_batch for u in {*between, name}):
-                    return False
-    return True
-
-
-def check_operators(plan: Plan) -> None:
-    """Operators run per micro-batch below the pipeline's one Spark query: no Spark state after
-    them, and one stream (source or step) that every operator's inputs come from."""
-    batch_only = [n for n in plan.nodes.values() if spec_of(n).batch_only]
-    if not batch_only:
-        return
-    for node in plan.nodes.values():
-        if not spec_of(node).per_batch and not spec_of(node).batch_only:
-            upstream = plan.upstream(node.name)
-            below = [n for n in plan.nodes.values() if n.name in upstream and n.kind == "operator"]
-            if below:
-                raise step_error(node.name, node.defined_at,
-                                 f"this step reads the output of operator {below[-1].name!r} ({below[-1].defined_at}); "
-                                 "operators run in each micro-batch after Spark's streaming query, and a "
-                                 f"{node.kind.replace('_', ' ')} step runs inside that query; put it before the "
-                                 "operator, do it in an operator, or sink the operator's output and continue in "
-                                 "another pipeline")
-    if shared_root(plan) is None:
-        first = batch_only[0]
-        raise step_error(first.name, first.defined_at,
-                         "operators run in each micro-batch on one stream of Spark's query, and every sink must "
-                         "descend from that stream through steps that run per micro-batch; this pipeline has no "
-                         "such stream: feed the operators and the other sinks from one stream (a source, a step, "
-                         "or a union of sources)")
 
 
 def _sink_kind(connector: Any) -> str:

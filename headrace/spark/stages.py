@@ -16,35 +16,24 @@ stateful step's watermark comes from, and tells the lowering which results need 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from headrace.errors import step_error
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import RESULT_TIME, EventTimeNode, Node
-from headrace.spark.specs import spec_of
+from headrace.spark.specs import nearest_stateful, spec_of, walk
 
 ELSEWHERE = "sink those results and continue in another pipeline"
 
 
 def label(node: Node) -> str:
     """How a message names a stateful step: ``window 'per_minute'``."""
-    kind = {"window_aggregate": "window", "rolling_aggregate": "rolling aggregate", "keyed_process": "process step",
-            "sql": "SQL step"}.get(node.kind, node.kind.replace("_", " "))
-    return f"{kind} {node.name!r}"
+    return f"{spec_of(node).label} {node.name!r}"
 
 
 def earlier_stateful(plan: Plan, name: str) -> list[Node]:
     """The nearest stateful steps at or above ``name`` (none of them below another)."""
-    found: list[Node] = []
-    todo, seen = [name], set()
-    while todo:
-        current = plan.nodes[todo.pop()]
-        if current.name in seen:
-            continue
-        seen.add(current.name)
-        if spec_of(current).stateful:
-            found.append(current)
-        else:
-            todo.extend(current.inputs)
-    return found
+    return nearest_stateful(plan, [name], lambda node: node.inputs)
 
 
 def check_stage(plan: Plan, node: Node) -> None:
@@ -70,11 +59,6 @@ def check_stage(plan: Plan, node: Node) -> None:
                 raise step_error(node.name, node.defined_at, f"{what}and this step {reason}; {ELSEWHERE}")
 
 
-def stateful_steps(plan: Plan) -> int:
-    """How many stateful steps the query runs."""
-    return sum(1 for node in plan.nodes.values() if spec_of(node).stateful)
-
-
 # Spark 4 lets a query hold several stateful operators, and then judges each batch's late rows
 # against the watermark of the batch before (so the results an operator emits reach the next):
 # a row of a window that ended at or before the current watermark is still counted when the
@@ -94,16 +78,12 @@ EXCHANGE_REUSE = "spark.sql.exchange.reuse"
 
 def _declared_between(plan: Plan, name: str, earlier: str) -> Node | None:
     """An event-time declaration on a path from the stateful step ``earlier`` down to ``name``."""
-    todo, seen = [name], set()
-    while todo:
-        current = plan.nodes[todo.pop()]
-        if current.name in seen or current.name == earlier:
-            continue
-        seen.add(current.name)
-        if isinstance(current, EventTimeNode) and (earlier in plan.upstream(current.name)):
+    def onwards(node: Node) -> Iterable[str]:
+        return () if node.name == earlier or spec_of(node).stateful else node.inputs
+
+    for current in walk(plan, [name], onwards):
+        if current.name != earlier and isinstance(current, EventTimeNode) and earlier in plan.upstream(current.name):
             return current
-        if not spec_of(current).stateful:
-            todo.extend(current.inputs)
     return None
 
 
@@ -116,16 +96,11 @@ def check_stages(plan: Plan) -> None:
 def why_no_event_time(plan: Plan, name: str) -> str | None:
     """When the stream out of ``name`` has no event time because of an earlier stateful step,
     why (for the refusal of a step that needs it); None otherwise."""
-    todo, seen = [name], set()
-    while todo:
-        current = plan.nodes[todo.pop()]
-        if current.name in seen:
-            continue
-        seen.add(current.name)
+    for current in walk(plan, [name], lambda node: () if spec_of(node).stateful else node.inputs):
         if spec_of(current).stateful:
             if current.event_time is None:
                 return (f"the results of {label(current)} ({current.defined_at}) carry no event time: "
-                        f"{_timeless(plan, current)}")
+                        f"{spec_of(current).timeless(current)}")
             return None
         parent = plan.nodes[current.inputs[0]] if current.inputs else None
         if parent is not None and parent.event_time == RESULT_TIME and current.event_time is None:
@@ -133,57 +108,26 @@ def why_no_event_time(plan: Plan, name: str) -> str | None:
                     f"{label(earlier_stateful(plan, parent.name)[0])}: Spark cannot follow a watermark through a "
                     "Python step; between two stateful steps use column expressions (filter(hr.col(...)), "
                     "select, with_columns, key_by fields), or move the Python step before the first one")
-        todo.extend(current.inputs)
     return None
-
-
-def _timeless(plan: Plan, node: Node) -> str:
-    reason = spec_of(node).feeds_stage(node)
-    if reason and node.kind == "sql":
-        return f"it {reason}"
-    if node.kind == "window_aggregate":
-        return "its panes fire by count, not by the watermark"
-    if node.kind == "keyed_process":
-        return "its input has no event time"
-    return "it has no event time"
-
-
-def result_time_needed(plan: Plan, node: Node) -> bool:
-    """Whether the results of the stateful step ``node`` must carry ``RESULT_TIME``: a later
-    stateful step reads them with their event time."""
-    if node.event_time != RESULT_TIME or not spec_of(node).stateful:
-        return False
-    todo, seen = [c.name for c in plan.consumers(node.name)], set()
-    while todo:
-        current = plan.nodes[todo.pop()]
-        if current.name in seen:
-            continue
-        seen.add(current.name)
-        if spec_of(current).stateful:
-            if any(plan.nodes[i].event_time == RESULT_TIME for i in current.inputs):
-                return True
-            continue
-        todo.extend(c.name for c in plan.consumers(current.name))
-    return False
 
 
 def watermark_origin(plan: Plan, node: Node) -> str:
     """Where the watermark of the stateful step ``node`` comes from, for ``explain``."""
     declared: list[str] = []
     carried: list[str] = []
-    todo, seen = list(node.inputs), set()
-    while todo:
-        current = plan.nodes[todo.pop()]
-        if current.name in seen or current.event_time is None:
+
+    def onwards(current: Node) -> Iterable[str]:
+        passes = current.event_time is not None and not spec_of(current).stateful
+        return current.inputs if passes and not isinstance(current, EventTimeNode) else ()
+
+    for current in walk(plan, node.inputs, onwards):
+        if current.event_time is None:
             continue
-        seen.add(current.name)
         if spec_of(current).stateful:
-            when = "its window's end - 1 µs" if current.kind == "window_aggregate" else "the time it was emitted with"
-            carried.append(f"the results of {label(current)} (Spark's watermark after it; each result at {when})")
+            carried.append(f"the results of {label(current)} (Spark's watermark after it; each result at "
+                           f"{spec_of(current).result_time})")
         elif isinstance(current, EventTimeNode):
             declared.append(f"the event-time declaration {current.name!r} (field {current.event_time!r}, max "
                             f"out-of-orderness {current.delay_ms} ms)")
-        else:
-            todo.extend(current.inputs)
     found = carried + declared
     return " and ".join(found) if found else "none (the stream has no event time)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import EventTimeNode, NativeStep, Node, PythonStep
+from headrace.plan.nodes import EventTimeNode, Node, PythonStep
 from headrace.spark.specs import python_chains, spec_of
 
 
@@ -93,8 +93,7 @@ class WatermarkPlacement:
         inferred not-null filters), an SQL query (WHERE, joins). Then the watermark needs a
         barrier above it (``headrace/spark/stateless.py``, ``with_watermark``)."""
         met = self._downstream(names, lambda node: not spec_of(node).reads_watermark and not spec_of(node).stateful)
-        return any(node.kind in ("sql", "join") or (isinstance(node, NativeStep) and node.mode == "filter")
-                   for node in met)
+        return any(spec_of(node).pushes_filter(node) for node in met)
 
     def where_taken(self, node: Node) -> str:
         """For ``explain``: where the watermark of the event-time declaration ``node`` is taken."""

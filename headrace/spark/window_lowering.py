@@ -34,6 +34,7 @@ from headrace.runtime.progress import LATE_METRIC_PREFIX
 from headrace.schema import TYPE_ALIASES
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.expressions import aggregate_columns
+from headrace.spark.specs import window_needs_processor
 from headrace.spark.stateful import (
     GROUP,
     SEQUENCE,
@@ -52,7 +53,6 @@ from headrace.spark.stateful import (
     timed_records,
 )
 from headrace.spark.stateless import without_control
-from headrace.spark.window_choice import window_needs_processor
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -231,7 +231,7 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
     hidden = {CONTROL_COLUMN, TIME, SEQUENCE, GROUP, RESULT_TIME}
     value_fields = [c for c in prepared.columns if c not in hidden]
     types = dict(prepared.dtypes)
-    late = any(c.kind == "late_records" for c in plan.consumers(node.name))
+    late = any(isinstance(c, LateRecordsNode) for c in plan.consumers(node.name))
     if node.function == "aggregates" and not late:
         # The records only feed built-in aggregates (no late side output shows them): the
         # processor needs the fields the aggregates read, nothing else.
@@ -278,20 +278,16 @@ def lower_window(node: WindowAggregateNode, lowering: Compilation) -> DataFrame:
         lowering.raw_windows[node.name] = raw
         return window_panes(raw, node)
     df = without_control(lowering.input(node))
-    shape = node.window.to_json()
+    shape = node.window
     event_time = F.col(f"`{lowering.plan.nodes[node.inputs[0]].event_time}`")
-    if shape["kind"] == "session":
-        window = F.session_window(event_time, f"{shape['gap_ms']} milliseconds")
-    else:
-        slide = shape.get("slide_ms", shape["size_ms"])
-        window = F.window(event_time, f"{shape['size_ms']} milliseconds", f"{slide} milliseconds",
-                          f"{shape['offset_ms']} milliseconds")
+    durations = [f"{ms} milliseconds" for ms in shape.spark_durations()]
+    window = getattr(F, str(shape.spark_function))(event_time, *durations)
     keys = [F.col(f"`{k}`") for k in node.keys or ()]
     # Spark refuses a session window over the whole stream (a global aggregation); one hidden key,
     # 0 for every record, groups the stream instead, and the select below drops it. Not a literal,
     # which Spark's optimizer removes from the grouping (and then refuses the query again).
     whole_stream = [(F.unix_micros(event_time) * 0).alias("_hr_whole_stream")] if (
-        shape["kind"] == "session" and not keys) else []
+        shape.spark_function == "session_window" and not keys) else []
     grouped = df.groupBy(*keys, *whole_stream, window.alias("_hr_window")).agg(*aggregate_columns(node.aggs))
     # window_time keeps the watermark's mark on the column, so a later stateful step can read it
     timed = [F.window_time("_hr_window").alias(RESULT_TIME)] if lowering.result_time(node) else []
@@ -311,7 +307,7 @@ def window_panes(raw: DataFrame, node: WindowAggregateNode) -> DataFrame:
     or the processor's own columns."""
     panes = raw.filter(F.col(OUTPUT_KIND) == "pane") if OUTPUT_KIND in raw.columns else raw  # see raw_columns
     added = {"pane_kind": PANE_KIND, "pane_index": PANE_INDEX} if node.emission.has_panes(
-        by_count=node.window.to_json()["kind"] in ("count", "global")) else {}
+        by_count=node.window.by_count) else {}
     internal = {PANE_KIND, PANE_INDEX, OUTPUT_KIND, *LATE_COLUMNS, RESULT_TIME}
     names = [name for name, _ in node.schema] if node.schema else [
         c for c in panes.columns if c not in internal] + list(added)

@@ -27,9 +27,10 @@ from headrace.plan.nodes import SinkNode
 from headrace.runtime.checkpoints import query_id
 from headrace.runtime.failures import python_worker_crashed
 from headrace.spark import real_time, stages
+from headrace.spark.batch_roots import shared_root
 from headrace.spark.compiler import Compiled, Lowering, query_roots
 from headrace.spark.real_time import REAL_TIME
-from headrace.spark.specs import has_operators, native_sink_format, shared_root, trigger_interval
+from headrace.spark.specs import has_operators, native_sink_format, spec_of, stateful_steps, trigger_interval
 
 SINK_TAG = "_hr_sink"
 # Spark's writers that take asynchronous progress tracking: a stateless query writing with them
@@ -63,14 +64,14 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         stream, dispatch = _tagged(plan, compiled, sinks, run_dir)
     if native:
         stream = sinks[0].connector.native_frame(stream)
-    stateful_steps = stages.stateful_steps(plan)
+    stateful = stateful_steps(plan)
     # the query runs on a copy of the session's settings taken when it starts
-    stream.sparkSession.conf.set(stages.EXCHANGE_REUSE, "false" if stateful_steps > 1 else "true")
-    stream.sparkSession.conf.set(stages.ALLOW_MULTIPLE, "true" if stateful_steps > 1 else "false")
+    stream.sparkSession.conf.set(stages.EXCHANGE_REUSE, "false" if stateful > 1 else "true")
+    stream.sparkSession.conf.set(stages.ALLOW_MULTIPLE, "true" if stateful > 1 else "false")
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
               .outputMode(compiled.output_mode))
     if plan.trigger == REAL_TIME:
-        if stateful_steps:
+        if stateful:
             for key, value in real_time.STATE_SETTINGS.items():
                 stream.sparkSession.conf.set(key, value)
         writer = writer.trigger(realTime=asked_interval or real_time.REAL_TIME_BATCH)  # type: ignore[call-overload]
@@ -78,7 +79,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         writer = writer.trigger(processingTime=interval)
     if native:
         writer = writer.format(native).options(**sinks[0].connector.native_options())
-        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stateful_steps:
+        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stateful:
             writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
         writer = writer.foreachBatch(dispatch)
@@ -147,9 +148,25 @@ def _same_stream(sinks: list[SinkNode]) -> Any:
 
 def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str,
                checkpoint: str | None = None) -> tuple[DataFrame, Any]:
+    """The query runs up to ``root``, the stream every sink and operator descends from; each
+    micro-batch of the root's rows is then lowered again, inside foreachBatch, down to them.
+
+    A pipeline is one streaming query, so that a source is read once and every sink commits the
+    same batch id, and a micro-batch is the streaming window. The query is split here when its
+    one stream fans out below its root: when operators run (they run once per streaming window
+    with its batch id, their instances' state saved beside the checkpoint, which only
+    foreachBatch knows), when sinks read different streams below a shared root (a window's
+    results and its late records, two branches of one source or one stateful step), or when they
+    read a window run on headrace's window processor, whose stream carries its panes and late
+    records together. Lowering each branch in the query instead
+    would plan the root's stateful step once per branch, each copy with state of its own. Every
+    step below the root runs per batch (its spec's ``per_batch``: the same rows on one
+    micro-batch as on the stream), so a ``Lowering`` seeded with the batch's rows of the root
+    builds them as plain DataFrames; the operators run first, each once, so each saves its state
+    even in a batch every sink had committed before the restart that replays it."""
     lowering = compiled.lowering
     stream = lowering.root_stream(root)
-    operators = [n.name for n in plan.nodes.values() if n.kind == "operator"]
+    operators = [n.name for n in plan.nodes.values() if spec_of(n).own_state]
 
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()

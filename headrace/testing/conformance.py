@@ -35,6 +35,8 @@ import headrace as hr
 from headrace.contract import FLUSH_TIME_MS
 from headrace.runtime.progress import summarise
 from headrace.testing import ProcessingTime, TestSink, TestSource, Watermark, run_to_completion
+from headrace.triggers import Trigger
+from headrace.windows import WindowShape
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 NO_DELAY = 10**12  # "only explicit watermark markers move W": events never reach it
@@ -43,31 +45,6 @@ SCHEMA = {"key": "string", "value": "long", "event_time": "timestamp"}
 
 def millis(value: datetime.datetime | None) -> int | None:
     return None if value is None else int((value - EPOCH).total_seconds() * 1000)
-
-
-def shape_of(window: dict[str, Any]) -> Any:
-    kind = window["kind"]
-    if kind == "tumbling":
-        return hr.Tumbling(window["size_ms"], window.get("offset_ms", 0))
-    if kind == "sliding":
-        return hr.Sliding(window["size_ms"], window["slide_ms"], window.get("offset_ms", 0))
-    if kind == "session":
-        return hr.Session(window["gap_ms"])
-    if kind == "count":
-        return hr.Count(window["size"], window.get("slide"))
-    return hr.Global()
-
-
-def trigger_of(spec: dict[str, Any]) -> Any:
-    if spec.get("type") == "count":
-        return hr.CountTrigger(spec["n"])
-    early_spec: dict[str, Any] = spec.get("early") or {}
-    early: Any = None
-    if "every_n_elements" in early_spec:
-        early = hr.EveryN(early_spec["every_n_elements"])
-    elif "processing_time_delay_ms" in early_spec:
-        early = hr.AfterDelay(early_spec["processing_time_delay_ms"])
-    return hr.AfterWatermark(early, spec.get("on_time_empty_pane", "skip"))
 
 
 def _row(item: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +84,8 @@ def run_per_event(case: dict[str, Any], state_dir: str) -> tuple[list[dict[str, 
     else:
         events = pipeline.source("events", source)
     windows = events.key_by("key").window(
-        shape_of(semantics["window"]), trigger=trigger_of(semantics.get("trigger") or {}),
+        WindowShape.from_json(semantics["window"]),
+        trigger=Trigger.from_json(semantics["trigger"]) if semantics.get("trigger") else None,
         allowed_lateness=semantics.get("allowed_lateness_ms", 0),
         accumulation=semantics.get("accumulation_mode", "accumulating"), name="windows")
     result = windows.aggregate(sum=hr.sum("value"), count=hr.count())
@@ -170,7 +148,7 @@ def run_micro_batch(case: dict[str, Any], state_dir: str) -> tuple[list[dict[str
     stream = streams[0].union(*streams[1:]) if len(streams) > 1 else streams[0]
     emit = "updates" if semantics["output_mode"] == "update" else "final"
     sink = TestSink()
-    (stream.key_by("key").window(shape_of(semantics["window"]), name="windows")
+    (stream.key_by("key").window(WindowShape.from_json(semantics["window"]), name="windows")
      .aggregate(sum=hr.sum("value"), count=hr.count(), emit=emit).sink("out", sink))
     marks: list[tuple[int, int]] = []  # (rows in the sink, batches run) after each step
     progress: list[dict[str, Any]] = []
@@ -193,8 +171,7 @@ def run_micro_batch(case: dict[str, Any], state_dir: str) -> tuple[list[dict[str
 
 def _dropped_behind_watermark(case: dict[str, Any], batches: list[tuple[int, list[dict[str, Any]]]],
                               marks: list[tuple[int, int]], progress: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    window = case["semantics"]["window"]
-    shape = shape_of(window)
+    shape = WindowShape.from_json(case["semantics"]["window"])
     dropped, first = [], 0
     for (_, events), (_, batches_run) in zip(batches, marks):
         report = progress[first] if first < len(progress) else {}
@@ -202,7 +179,7 @@ def _dropped_behind_watermark(case: dict[str, Any], batches: list[tuple[int, lis
         w = millis(datetime.datetime.fromisoformat(mark.replace("Z", "+00:00"))) or 0
         for event in events:
             t = event["event_time"]
-            ends = [t + window["gap_ms"]] if window["kind"] == "session" else [e for _, e in shape.assign(t)]
+            ends = [end for _, end in shape.assign(t)]
             if w > 0 and all(end <= w for end in ends):
                 dropped.append(_row(event))
         first = batches_run
