@@ -70,12 +70,10 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import stop_requested
+from headrace.connectors.base import redact_dsn, spark_schema, stop_requested
 from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.file_formats.values import convert_values, show
-from headrace.connectors.files_source import spark_schema
-from headrace.connectors.postgres import redact_dsn
 from headrace.contract import DEAD_COLUMNS, Guarantee, SinkConnector, SourceConnector, SourceContext
 from headrace.errors import PlanError, SetupError, SinkError, SourceError
 from headrace.schema import Schema, schema_of, to_ddl

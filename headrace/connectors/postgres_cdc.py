@@ -43,12 +43,11 @@ import orjson
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import stop_requested
+from headrace.connectors.base import redact_dsn, spark_schema, stop_requested
 from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.file_formats.values import BadValue, convert_values, iso_us
-from headrace.connectors.files_source import spark_schema
-from headrace.connectors.postgres import DEFAULT_DSN, redact_dsn
+from headrace.connectors.postgres import DEFAULT_DSN
 from headrace.contract import DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext
 from headrace.errors import PlanError, SetupError, SourceError
 from headrace.schema import Schema, arrow_type, schema_of, to_ddl

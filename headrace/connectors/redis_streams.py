@@ -32,13 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import stop_requested
+from headrace.connectors.base import redact_dsn, spark_schema, stop_requested
 from headrace.connectors.file_formats.csv import TEXT_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.file_formats.values import convert_values
-from headrace.connectors.files_source import spark_schema
 from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches, text
-from headrace.connectors.postgres import redact_dsn
 from headrace.contract import Guarantee, SourceConnector, SourceContext
 from headrace.errors import PlanError, SetupError, SourceError
 from headrace.runtime.admission import adaptive_cap, combined_cap
