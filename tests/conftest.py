@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from headrace.connectors.postgres import redact_dsn
+from headrace.connectors.base import redact_dsn
 from headrace.runtime.session import get_session
 
 pytest_plugins = ["stall_watchdog"]  # a test that stalls prints its stacks and is run once more

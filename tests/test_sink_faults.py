@@ -22,8 +22,9 @@ from fault_proxy import FaultProxy, free_port
 
 import headrace as hr
 from headrace.connectors import kafka_sink
+from headrace.connectors.base import redact_dsn
 from headrace.connectors.files_sink import FileSink, read_rows
-from headrace.connectors.postgres import COMMIT_TABLE, Postgres, redact_dsn, transient
+from headrace.connectors.postgres import COMMIT_TABLE, Postgres, transient
 from headrace.connectors.retry import Backoff
 from headrace.errors import PlanError, SinkError
 from headrace.runtime.runner import PipelineRun

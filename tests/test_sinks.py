@@ -11,11 +11,11 @@ import uuid
 import pytest
 from conftest import PG_DSN
 
-from headrace.connectors.base import Guarantee
+from headrace.connectors.base import Guarantee, redact_dsn
 from headrace.connectors.console import Console, format_batch
 from headrace.connectors.files_sink import FileSink, read_rows
 from headrace.connectors.null_sink import Null
-from headrace.connectors.postgres import COMMIT_TABLE, Postgres, redact_dsn
+from headrace.connectors.postgres import COMMIT_TABLE, Postgres
 from headrace.errors import PlanError, SinkError
 
 

@@ -1,12 +1,15 @@
-"""Helpers the connectors share: counting dead letters, running a batch no sink reads, and the
-stop and exhausted files of a running source. The contract itself (control rows, guarantees,
+"""Helpers the connectors share: counting dead letters, running a batch no sink reads, the
+stop and exhausted files of a running source, the Spark schema of a Python data source and a
+server address fit for a message. The contract itself (control rows, guarantees,
 the connector base classes) is ``headrace/contract.py``; the names a connector's author imports
 from here are re-exported."""
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from headrace.contract import (
     CONTROL_COLUMN,
@@ -18,9 +21,11 @@ from headrace.contract import (
     SourceConnector,
     SourceContext,
 )
+from headrace.schema import Schema, to_ddl
 
 __all__ = ["CONTROL_COLUMN", "DEAD_COLUMNS", "FLUSH_TIME_MS", "Guarantee", "SinkConnector", "SourceConnector",
-           "SourceContext", "count_dead_letters", "mark_exhausted", "run_batch", "stop_requested"]
+           "SourceContext", "count_dead_letters", "mark_exhausted", "redact_dsn", "run_batch", "spark_schema",
+           "stop_requested"]
 
 
 def count_dead_letters(frame: Any, source: str, is_dead: Any) -> Any:
@@ -37,7 +42,34 @@ def run_batch(df: Any) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` without its password, fit for an error message.
+
+    >>> redact_dsn("postgresql://app:secret@db:5432/shop?sslmode=require&password=x")
+    'postgresql://app@db:5432/shop?sslmode=require'
+    >>> redact_dsn("host=db user=app password=secret dbname=shop")
+    'host=db user=app dbname=shop'
+    """
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            netloc = f"{userinfo.split(':', 1)[0]}@{host}"
+        query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return re.sub(r"\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S*)", "", dsn).strip()
+
+
 # Helpers shared by the Python data sources (they run in Spark's Python workers).
+
+def spark_schema(schema: Schema, dead_letters: bool) -> str:
+    """The DDL of the columns a source's ``read`` yields (``batch_schema``), for ``DataSource.schema``."""
+    columns = [*schema, (CONTROL_COLUMN, "long")]
+    if dead_letters:
+        columns.extend((name, "string") for name in DEAD_COLUMNS)
+    return to_ddl(tuple(columns))
+
 
 def stop_requested(options: dict[str, str]) -> bool:
     run_dir = options.get("hr_run_dir") or ""

@@ -37,13 +37,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from headrace.connectors import files_native
-from headrace.connectors.base import mark_exhausted, stop_requested
+from headrace.connectors.base import mark_exhausted, spark_schema, stop_requested
 from headrace.connectors.file_formats import FORMATS, READERS
 from headrace.connectors.file_formats.parquet import parquet_schema
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.contract import (
     CONTROL_COLUMN,
-    DEAD_COLUMNS,
     FLUSH_TIME_MS,
     FLUSHED,
     Guarantee,
@@ -55,14 +54,6 @@ from headrace.runtime.admission import backlog
 from headrace.schema import Schema, schema_of, to_ddl
 
 READER_KINDS = ("python", "spark")
-
-
-def spark_schema(schema: Schema, dead_letters: bool) -> str:
-    """The DDL of the columns a source's ``read`` yields (``batch_schema``), for ``DataSource.schema``."""
-    columns = [*schema, (CONTROL_COLUMN, "long")]
-    if dead_letters:
-        columns.extend((name, "string") for name in DEAD_COLUMNS)
-    return to_ddl(tuple(columns))
 
 
 def flush_batch(schema: pa.Schema) -> pa.RecordBatch:

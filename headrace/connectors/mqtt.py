@@ -54,7 +54,6 @@ acknowledged every message. A replayed batch is published again: at-least-once.
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import json
 import os
@@ -68,18 +67,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 
-from headrace.connectors.base import stop_requested
-from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
+from headrace.connectors import broker
+from headrace.connectors.base import redact_dsn
 from headrace.connectors.file_formats.reader import batch_schema
-from headrace.connectors.file_formats.values import convert_values, show
-from headrace.connectors.files_source import spark_schema
-from headrace.connectors.postgres import redact_dsn
-from headrace.contract import DEAD_COLUMNS, Guarantee, SinkConnector, SourceConnector, SourceContext
-from headrace.errors import PlanError, SetupError, SinkError, SourceError
-from headrace.schema import Schema, schema_of, to_ddl
-from headrace.sink_step import SinkStep, step_name
+from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches
+from headrace.contract import Guarantee, SourceContext
+from headrace.errors import PlanError, SinkError, SourceError
+from headrace.schema import Schema, to_ddl
+from headrace.sink_step import SinkStep
 
 DEFAULT_URL = "mqtt://127.0.0.1:1883"
 FORMATS = ("json", "raw")
@@ -95,12 +92,7 @@ _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 
 
 def _paho() -> Any:
-    try:
-        import paho.mqtt.client as mqtt
-    except ImportError:
-        raise SetupError("the MQTT connectors need the Python package paho-mqtt: pip install 'headrace[mqtt]' "
-                         "(or pip install 'paho-mqtt>=2')") from None
-    return mqtt
+    return broker.client_library("paho.mqtt.client", "the MQTT connectors need", "mqtt", "paho-mqtt>=2")
 
 
 def _address(url: str) -> tuple[str, int]:
@@ -262,48 +254,15 @@ class Spool:
 # Messages to Arrow record batches.
 
 def decode(messages: list[dict[str, Any]], options: dict[str, str], schema: Schema) -> Iterator[pa.RecordBatch]:
-    """Spooled messages as record batches of the source's Arrow schema: good rows, then dead letters."""
-    raw = options.get("format") == "raw"
-    data = (*(RAW_SCHEMA if raw else schema), *METADATA)
-    arrow = batch_schema(data, dead_letters=True)
+    """Spooled messages as record batches of the source's Arrow schema: good rows, then dead letters
+    (``headrace/connectors/payloads.py``)."""
+    arrow = batch_schema((*schema, *METADATA), dead_letters=True)
+    dead: Dead = {}
     payloads = [base64.b64decode(m["payload"]) for m in messages]
-    dead: dict[int, tuple[str, str]] = {}
-    if raw:
-        columns = [pa.array(payloads, pa.binary())]
-    else:
-        objects: list[dict[str, Any]] = []
-        for row, payload in enumerate(payloads):
-            obj: Any = {}
-            try:
-                obj = json.loads(payload)
-            except (ValueError, UnicodeDecodeError) as exc:
-                dead[row] = (payload.decode("utf-8", errors="replace"), f"invalid JSON ({exc})")
-            if row not in dead and type(obj) is not dict:
-                dead[row] = (payload.decode("utf-8", errors="replace"), f"expected a JSON object, got {show(obj)}")
-                obj = {}
-            objects.append(obj)
-        errors: dict[int, str] = {}
-        columns = [convert_values(name, type_name, [o.get(name) for o in objects], JSON_CONVERTERS[type_name], errors)
-                   for name, type_name in schema]
-        for row, error in errors.items():
-            dead.setdefault(row, (payloads[row].decode("utf-8", errors="replace"), error))
-    keep = [row for row in range(len(messages)) if row not in dead]
-    if keep:
-        take = pa.array(keep, pa.int64())
-        rows = len(keep)
-        topics = pa.array([messages[row]["topic"] for row in keep], pa.string())
-        times = pa.array([messages[row]["time"] * 1000 for row in keep], pa.int64()).cast(arrow.field("mqtt_time").type)
-        nulls = [pa.nulls(rows, pa.int64()), *(pa.nulls(rows, pa.string()) for _ in DEAD_COLUMNS)]
-        yield pa.RecordBatch.from_arrays([*(c.take(take) for c in columns), topics, times, *nulls], schema=arrow)
-    if dead:
-        order = sorted(dead)
-        empty = [pa.nulls(len(order), field.type) for field in arrow][:len(data) + 1]
-        yield pa.RecordBatch.from_arrays([
-            *empty,
-            pa.array([dead[row][0] for row in order], pa.string()),
-            pa.array([dead[row][1] for row in order], pa.string()),
-            pa.array([f"{messages[row]['topic']}#{messages[row]['seq']}" for row in order], pa.string()),
-        ], schema=arrow)
+    columns = PayloadDecoder(schema, options.get("format", "json")).columns(payloads, dead)
+    metadata = [pa.array([m["topic"] for m in messages], pa.string()),
+                pa.array([m["time"] * 1000 for m in messages], pa.int64()).cast(arrow.field("mqtt_time").type)]
+    yield from record_batches(arrow, columns, metadata, dead, [f"{m['topic']}#{m['seq']}" for m in messages])
 
 
 # ----------------------------------------------------------------------------------------
@@ -317,19 +276,14 @@ class SpooledMessages(InputPartition):
         self.messages = messages
 
 
-def _options_schema(options: dict[str, str]) -> Schema:
-    return schema_of([tuple(pair) for pair in json.loads(options.get("schema") or "[]")])
+class MqttStreamReader(broker.Reader):
+    default_name = "mqtt"
 
-
-class MqttStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
+        super().__init__(options)
         self.url = options.get("url", DEFAULT_URL)
         self.topics: list[str] = json.loads(options.get("topics", "[]"))
-        self.source = options.get("hr_source", "mqtt")
-        self.schema = _options_schema(options)
-        cap = options.get("max_records_per_batch") or ""
-        self.max_records = min(int(cap) if cap.isdigit() else RECEIVE_MAXIMUM, RECEIVE_MAXIMUM)
+        self.max_records = RECEIVE_MAXIMUM if self.max_records is None else min(self.max_records, RECEIVE_MAXIMUM)
         run_dir = options.get("hr_run_dir") or ""
         self.client_id = session_id(options.get("client_id"), run_dir, self.source)
         self.session_expiry = int(options.get("session_expiry", SESSION_EXPIRY_S))
@@ -368,12 +322,11 @@ class MqttStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         self._start()
-        if stop_requested(self.options):
-            return start
+        return super().latestOffset(start, limit)
+
+    def end_offset(self, start: dict, cap: int | None) -> dict:
         first = max(int(start.get("seq", 0)), self.spool.last()) + 1  # spooled before a crash: covered too
-        cap = self.max_records
-        if getattr(limit, "max_rows", None) is not None:
-            cap = max(1, min(cap, int(limit.max_rows)))
+        cap = RECEIVE_MAXIMUM if cap is None else max(1, cap)
         with self._lock:
             taken, self._received = self._received[:cap], self._received[cap:]
         if taken:
@@ -411,20 +364,8 @@ class MqttStreamReader(DataSourceStreamReader):
             self._started = False
 
 
-class MqttDataSource(DataSource):
+class MqttDataSource(broker.DataSource, short_name="headrace_mqtt", reader=MqttStreamReader, metadata=METADATA):
     """Spark data source ``headrace_mqtt``; options as produced by ``Mqtt.options()``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "headrace_mqtt"
-
-    def schema(self) -> str:
-        options = dict(self.options)
-        data = RAW_SCHEMA if options.get("format") == "raw" else _options_schema(options)
-        return spark_schema((*data, *METADATA), dead_letters=True)
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return MqttStreamReader(dict(self.options))
 
 
 def _topics(topics: str | Sequence[str]) -> tuple[str, ...]:
@@ -433,7 +374,7 @@ def _topics(topics: str | Sequence[str]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, init=False)
-class Mqtt(SourceConnector):
+class Mqtt(broker.Source):
     """Messages of MQTT topics (filters with ``+`` and ``#`` allowed), at least once.
 
     ``schema``: the JSON object's fields (``format="json"``); ``format="raw"`` gives the
@@ -444,6 +385,9 @@ class Mqtt(SourceConnector):
     messages per micro-batch, at most 65 535. See the module's docstring for the guarantee.
     """
 
+    guarantee = Guarantee.AT_LEAST_ONCE
+    spark_source = MqttDataSource
+
     topics: tuple[str, ...]
     data_schema: Schema
     url: str
@@ -451,9 +395,6 @@ class Mqtt(SourceConnector):
     format: str
     session_expiry: int
     max_records_per_batch: int
-
-    guarantee = Guarantee.AT_LEAST_ONCE
-    emits_dead_letters = True
 
     def __init__(self, topics: str | Sequence[str], *, schema: Any = None, url: str = DEFAULT_URL,
                  client_id: str | None = None, format: str = "json", session_expiry: int = SESSION_EXPIRY_S,
@@ -476,30 +417,9 @@ class Mqtt(SourceConnector):
         if not isinstance(max_records_per_batch, int) or not 1 <= max_records_per_batch <= RECEIVE_MAXIMUM:
             raise PlanError(f"{where}: max_records_per_batch must be between 1 and {RECEIVE_MAXIMUM}, got "
                             f"{max_records_per_batch!r}")
-        data_schema = RAW_SCHEMA if format == "raw" else schema_of(schema, where)
-        taken = sorted({n for n, _ in data_schema} & {n for n, _ in METADATA})
-        if taken:
-            raise PlanError(f"{where}: the schema's field(s) {', '.join(taken)} clash with the source's own "
-                            f"columns {', '.join(n for n, _ in METADATA)}; rename them")
-        set_field = object.__setattr__
-        set_field(self, "topics", names)
-        set_field(self, "data_schema", data_schema)
-        set_field(self, "url", url)
-        set_field(self, "client_id", client_id)
-        set_field(self, "format", format)
-        set_field(self, "session_expiry", session_expiry)
-        set_field(self, "max_records_per_batch", max_records_per_batch)
-
-    def schema(self) -> Schema:
-        return (*self.data_schema, *METADATA)
-
-    def data_source(self) -> type:
-        return MqttDataSource
-
-    def options(self) -> dict[str, str]:
-        return {"topics": json.dumps(list(self.topics)), "url": self.url, "client_id": self.client_id or "",
-                "format": self.format, "schema": json.dumps([list(p) for p in self.data_schema]),
-                "session_expiry": str(self.session_expiry), "max_records_per_batch": str(self.max_records_per_batch)}
+        data_schema = message_schema(RAW_SCHEMA if format == "raw" else schema, METADATA, where)
+        self._assign(topics=names, data_schema=data_schema, url=url, client_id=client_id, format=format,
+                     session_expiry=session_expiry, max_records_per_batch=max_records_per_batch)
 
     def offset_identity(self) -> dict[str, Any]:
         """An offset numbers the messages spooled by this source's session: its topics and
@@ -530,13 +450,11 @@ class Mqtt(SourceConnector):
 # ----------------------------------------------------------------------------------------
 # Sink.
 
-class MqttSink(SinkConnector):
+class MqttSink(broker.Sink):
     """Publish each row as its JSON object to ``topic`` (``{column}`` placeholders take the
     row's values; ``key`` column(s) add their values as further topic levels), at QoS
     ``qos`` (1: the broker acknowledges each message, and the batch waits for every ack).
     At-least-once: a replayed batch is published again."""
-
-    native_format = None
 
     def __init__(self, topic: str, *, url: str = DEFAULT_URL, qos: int = 1, key: str | Sequence[str] | None = None,
                  retain: bool = False) -> None:
@@ -549,22 +467,13 @@ class MqttSink(SinkConnector):
         keys = (key,) if isinstance(key, str) else tuple(key or ())
         if not all(isinstance(k, str) and k for k in keys):
             raise PlanError(f"{where}: key must be a column name or a list of column names, got {key!r}")
+        super().__init__(None)
         self.topic, self.url, self.qos, self.key, self.retain = topic, url, qos, keys, bool(retain)
         self.placeholders = tuple(dict.fromkeys(_PLACEHOLDER.findall(topic)))
-        self._step: SinkStep | None = None
-        self._client: Any = None
 
     @property
     def guarantee(self) -> Guarantee:  # type: ignore[override]
         return Guarantee.AT_LEAST_ONCE if self.qos == 1 else Guarantee.AT_MOST_ONCE
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None}
-
-    def bind(self, identity: str, defined_at: str = "") -> MqttSink:
-        bound = copy.copy(self)
-        bound._step, bound._client = SinkStep(step_name(identity), defined_at), None
-        return bound
 
     def _where(self) -> str:
         return str(self._step or SinkStep(self.topic))
@@ -574,7 +483,7 @@ class MqttSink(SinkConnector):
                 "key": list(self.key) or None, "guarantee": self.guarantee.value}
 
     def _connected(self) -> Any:
-        if self._client is None:
+        if self._connection is None:
             mqtt = _paho()
             client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"hr-sink-{uuid.uuid4().hex[:12]}",
                                  protocol=mqtt.MQTTv5)
@@ -585,14 +494,14 @@ class MqttSink(SinkConnector):
             except (OSError, ConnectionError) as exc:
                 raise SinkError(f"{self._where()}: MQTT broker at {redact_dsn(self.url)}: cannot connect: {exc}") \
                     from None
-            self._client = client
-        return self._client
+            self._connection = client
+        return self._connection
 
     def prepare(self, run_dir: str) -> None:
         self._connected()
 
     def close(self) -> None:
-        client, self._client = self._client, None
+        client, self._connection = self._connection, None
         if client is not None:
             client.disconnect()
             client.loop_stop()
@@ -606,7 +515,7 @@ class MqttSink(SinkConnector):
             raise SinkError(f"{self._where()}: the topic's placeholders or key name column(s) {missing} that are "
                             f"not in the stream's columns {columns}")
         names = [*self.placeholders, *self.key]
-        table = df.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns])).alias("_hr_value"),
+        table = df.select(broker.json_value(df).alias("_hr_value"),
                           *[F.col(f"`{c}`").cast("string").alias(f"_hr_{n}") for n, c in enumerate(names)]).toArrow()
         values = table.column("_hr_value").to_pylist()
         parts = [table.column(f"_hr_{n}").to_pylist() for n in range(len(names))]

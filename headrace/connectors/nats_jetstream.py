@@ -48,7 +48,6 @@ Spark 4.1+ needs; cap batch sizes at the source for large batches.
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import json
 import re
@@ -59,16 +58,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 
-from headrace.connectors.base import stop_requested
+from headrace.connectors import broker
+from headrace.connectors.base import redact_dsn
 from headrace.connectors.file_formats.reader import batch_schema
-from headrace.connectors.files_source import spark_schema
-from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches
-from headrace.connectors.postgres import redact_dsn
-from headrace.contract import Guarantee, SinkConnector, SourceConnector, SourceContext
-from headrace.errors import PlanError, SetupError, SinkError, SourceError
-from headrace.schema import Schema, schema_of, to_ddl
+from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches
+from headrace.contract import Guarantee, SourceContext
+from headrace.errors import PlanError, SinkError, SourceError
+from headrace.schema import Schema, to_ddl
 from headrace.sink_step import SinkStep, step_name
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -87,12 +85,7 @@ _BAD_TOKEN = re.compile(r"[\s.*>]")
 
 
 def _nats() -> Any:
-    try:
-        import nats
-    except ImportError:
-        raise SetupError("the NATS connectors need the Python package nats-py: pip install 'headrace[nats]' "
-                         "(or pip install 'nats-py>=2.6')") from None
-    return nats
+    return broker.client_library("nats", "the NATS connectors need", "nats", "nats-py>=2.6")
 
 
 async def _connect(url: str) -> Any:
@@ -275,30 +268,20 @@ class RangeReader:
 # ----------------------------------------------------------------------------------------
 # Spark Python data source.
 
-class SequenceRange(InputPartition):
+class SequenceRange(broker.PositionRange):
     """The sequences of a stream after ``after`` up to ``upto`` (inclusive)."""
 
-    def __init__(self, after: int, upto: int) -> None:
-        super().__init__((after, upto))
-        self.after, self.upto = after, upto
 
+class NatsStreamReader(broker.Reader):
+    default_name = "nats"
 
-def _options_schema(options: dict[str, str]) -> Schema:
-    return schema_of([tuple(pair) for pair in json.loads(options.get("schema") or "[]")])
-
-
-class NatsStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
+        super().__init__(options)
         self.stream = options.get("stream", "")
         self.subjects: tuple[str, ...] = tuple(json.loads(options.get("subjects", "[]")))
         self.url = options.get("url", DEFAULT_URL)
         self.start = options.get("start", "earliest")
-        cap = options.get("max_records_per_batch") or ""
-        self.max_records = int(cap) if cap.isdigit() else None
         self.partition_records = int(options.get("partition_records", PARTITION_RECORDS))
-        self.source = options.get("hr_source", "nats")
-        self.schema = _options_schema(options)
         self._initial: dict[str, int] | None = None
 
     def _failed(self, doing: str, exc: BaseException) -> SourceError:
@@ -330,22 +313,15 @@ class NatsStreamReader(DataSourceStreamReader):
             self._initial = {"seq": int(state.last_seq if self.start == "latest" else max(state.first_seq - 1, 0))}
         return dict(self._initial)
 
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if stop_requested(self.options):
-            return start
+    def end_offset(self, start: dict, cap: int | None) -> dict:
         state = self._state()
         after = max(int(start["seq"]), int(state.first_seq) - 1)  # skip what the stream no longer has
-        budget = self.max_records
-        max_rows = getattr(limit, "max_rows", None)
-        if max_rows is not None:
-            budget = int(max_rows) if budget is None else min(budget, int(max_rows))
-        end = int(state.last_seq) if budget is None else min(int(state.last_seq), after + budget)
+        end = int(state.last_seq) if cap is None else min(int(state.last_seq), after + cap)
         return {"seq": max(end, int(start["seq"]))}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        after, upto = int(start["seq"]), int(end["seq"])
-        bounds = [*range(after, upto, self.partition_records), upto]
-        return [SequenceRange(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        spans = broker.split_range(int(start["seq"]), int(end["seq"]), self.partition_records)
+        return [SequenceRange(after, upto) for after, upto in spans]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SequenceRange)
@@ -365,22 +341,9 @@ class NatsStreamReader(DataSourceStreamReader):
             loop.run_until_complete(reader.close())
             loop.close()
 
-    def commit(self, end: dict) -> None:
-        pass
 
-
-class NatsDataSource(DataSource):
+class NatsDataSource(broker.DataSource, short_name="headrace_nats", reader=NatsStreamReader, metadata=METADATA):
     """Spark data source ``headrace_nats``; options as produced by ``Nats.options()``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "headrace_nats"
-
-    def schema(self) -> str:
-        return spark_schema((*_options_schema(dict(self.options)), *METADATA), dead_letters=True)
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return NatsStreamReader(dict(self.options))
 
 
 def _check_url(where: str, url: str) -> None:
@@ -389,7 +352,7 @@ def _check_url(where: str, url: str) -> None:
 
 
 @dataclass(frozen=True, init=False)
-class Nats(SourceConnector):
+class Nats(broker.Source):
     """Messages of the JetStream stream ``stream`` at ``url``, read by stream sequence.
 
     ``subjects``: a subject filter (wildcards allowed), a comma-separated list or a list (None: every
@@ -402,6 +365,8 @@ class Nats(SourceConnector):
     messages are kept.
     """
 
+    spark_source = NatsDataSource
+
     stream: str
     data_schema: Schema
     subjects: tuple[str, ...]
@@ -410,9 +375,6 @@ class Nats(SourceConnector):
     start: str
     max_records_per_batch: int | None
     partition_records: int
-
-    guarantee = Guarantee.EXACTLY_ONCE
-    emits_dead_letters = True
 
     def __init__(self, stream: str, *, schema: Any, subjects: str | Sequence[str] | None = None,
                  url: str = DEFAULT_URL, format: str = "json", start: str = "earliest",
@@ -429,48 +391,13 @@ class Nats(SourceConnector):
                 raise PlanError(f"{where}: {subject!r} is not a NATS subject filter (tokens separated by '.')")
         if len(set(filters)) != len(filters):
             raise PlanError(f"{where}: a subject is named twice in subjects=")
-        if format not in FORMATS:
-            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
-        if schema is None:
-            raise PlanError(f"{where}: needs schema=, e.g. schema='user string, amount long'")
-        if start not in STARTS:
-            raise PlanError(f"{where}: start={start!r} is not one of {', '.join(STARTS)}")
+        broker.check_reading(where, format, FORMATS, schema, start, STARTS)
         _check_url(where, url)
-        if max_records_per_batch is not None and max_records_per_batch < 1:
-            raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
-        if partition_records < 1:
-            raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
-        data_schema = message_schema(schema, METADATA, where)
-        if format == "raw" and (len(data_schema) != 1 or data_schema[0][1] not in ("string", "binary")):
-            raise PlanError(f"{where}: format='raw' puts the payload in one column: the schema must be one "
-                            f"string or binary field, e.g. schema='payload string'; got {to_ddl(data_schema)!r}")
-        set_field = object.__setattr__
-        set_field(self, "stream", stream)
-        set_field(self, "data_schema", data_schema)
-        set_field(self, "subjects", filters)
-        set_field(self, "url", url)
-        set_field(self, "format", format)
-        set_field(self, "start", start)
-        set_field(self, "max_records_per_batch", max_records_per_batch)
-        set_field(self, "partition_records", partition_records)
-
-    def schema(self) -> Schema:
-        return (*self.data_schema, *METADATA)
-
-    def data_source(self) -> type:
-        return NatsDataSource
-
-    def options(self) -> dict[str, str]:
-        return {
-            "stream": self.stream,
-            "subjects": json.dumps(list(self.subjects)),
-            "url": self.url,
-            "format": self.format,
-            "schema": json.dumps([list(pair) for pair in self.data_schema]),
-            "start": self.start,
-            "max_records_per_batch": str(self.max_records_per_batch or ""),
-            "partition_records": str(self.partition_records),
-        }
+        broker.check_batch_sizes(where, max_records_per_batch, partition_records)
+        data_schema = broker.payload_schema(where, schema, METADATA, format,
+                                            "string or binary field, e.g. schema='payload string'; got {schema}")
+        self._assign(stream=stream, data_schema=data_schema, subjects=filters, url=url, format=format, start=start,
+                     max_records_per_batch=max_records_per_batch, partition_records=partition_records)
 
     def offset_identity(self) -> dict[str, Any]:
         """An offset is a stream sequence: the stream, the filter and how a message becomes a record
@@ -522,7 +449,7 @@ def message_ids(prefix: str, values: list[str]) -> list[str]:
     return ids
 
 
-class NatsSink(SinkConnector):
+class NatsSink(broker.Sink):
     """Publish each row as a JSON object to the JetStream subject ``subject`` at ``url``.
 
     ``key``: a column whose value is appended to the subject as its last token
@@ -540,14 +467,12 @@ class NatsSink(SinkConnector):
                             f"'.'), got {subject!r}")
         where = f"Nats sink for subject {subject!r}"
         _check_url(where, url)
-        if key is not None and (not isinstance(key, str) or not key):
-            raise PlanError(f"{where}: key must be a column name, got {key!r}")
+        broker.check_key(where, key)
         if stream is not None and (not isinstance(stream, str) or not stream or _BAD_TOKEN.search(stream)):
             raise PlanError(f"{where}: stream must be a JetStream stream name, got {stream!r}")
+        super().__init__(name)
         self.subject, self.url, self.key, self.stream = subject, url, key, stream
         self.exactly_once = bool(exactly_once)
-        self._name = name
-        self._step: SinkStep | None = None
         self._target: str | None = stream  # the stream found by prepare
 
     @property
@@ -557,12 +482,6 @@ class NatsSink(SinkConnector):
     @property
     def name(self) -> str:
         return self._name or self.subject
-
-    def bind(self, identity: str, defined_at: str = "") -> NatsSink:
-        """A copy of this sink publishing and committing under ``identity`` (``headrace/spark/writer.py``)."""
-        bound = copy.copy(self)
-        bound._name, bound._step = identity, SinkStep(step_name(identity), defined_at)
-        return bound
 
     def _where(self) -> str:
         return str(self._step or SinkStep(step_name(self.name)))
@@ -662,19 +581,9 @@ class NatsSink(SinkConnector):
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _records(self, df: Any) -> Any:
-        from pyspark.sql import functions as F
-
-        value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
-        if self.key is None:
-            return df.select(value.alias("value"))
-        if self.key not in df.columns:
-            raise SinkError(f"{self._where()}: the key column {self.key!r} is not among the rows' columns "
-                            f"{list(df.columns)}")
-        return df.select(F.col(f"`{self.key}`").cast("string").alias("key"), value.alias("value"))
-
     def write_batch(self, df: Any, batch_id: int) -> None:
-        table = self._records(df).toArrow()  # reads the whole batch, so its stateful operators commit
+        # toArrow reads the whole batch, so its stateful operators commit
+        table = broker.keyed_json(df, self.key, self._where()).toArrow()
         values = [str(v) for v in table.column("value").to_pylist()]
         keys = table.column("key").to_pylist() if self.key else None
         subjects = [self.subject] * len(values) if keys is None else [self._subject(k, values[i])

@@ -1,5 +1,5 @@
 """Message payloads into Arrow record batches, for the message-system sources (Redis Streams,
-NATS JetStream, RabbitMQ Streams): one place for how a payload becomes a record.
+NATS JetStream, RabbitMQ Streams, MQTT): one place for how a payload becomes a record.
 
 ``format="json"``: a payload is a JSON object read against the schema as JSON lines are
 (``headrace/connectors/file_formats/jsonl.py``), through pyarrow's JSON reader when the
@@ -8,7 +8,8 @@ column of the schema (binary, or text that must be UTF-8). A payload that does n
 dead letter: ``dead`` maps its row to (raw text, error).
 
 ``record_batches`` assembles a source's output: the good rows with their metadata columns,
-then the dead letters with their positions.
+then the dead letters with their positions. Its two halves, ``data_batch`` and
+``dead_letter_batch``, also serve PostgreSQL change data capture, whose records are not payloads.
 """
 
 from __future__ import annotations
@@ -135,14 +136,23 @@ def record_batches(arrow: pa.Schema, columns: list[pa.Array], metadata: list[pa.
         columns = [column.take(index) for column in columns]
         metadata = [column.take(index) for column in metadata]
     if keep:
-        nulls = [pa.nulls(len(keep), pa.int64()), *(pa.nulls(len(keep), pa.string()) for _ in DEAD_COLUMNS)]
-        yield pa.RecordBatch.from_arrays([*columns, *metadata, *nulls], schema=arrow)
+        yield data_batch(arrow, columns, metadata)
     if dead:
         order = sorted(dead)
-        data = [pa.nulls(len(order), field.type) for field in arrow][:len(arrow) - len(DEAD_COLUMNS)]
-        yield pa.RecordBatch.from_arrays([
-            *data,
-            pa.array([dead[row][0] for row in order], pa.string()),
-            pa.array([dead[row][1] for row in order], pa.string()),
-            pa.array([positions[row] for row in order], pa.string()),
-        ], schema=arrow)
+        yield dead_letter_batch(arrow, [dead[row][0] for row in order], [dead[row][1] for row in order],
+                        [positions[row] for row in order])
+
+
+def data_batch(arrow: pa.Schema, columns: list[pa.Array], metadata: list[pa.Array]) -> pa.RecordBatch:
+    """Records of the batch schema ``arrow``: the data ``columns`` and ``metadata``, no control
+    value and no dead letter."""
+    rows = len(metadata[0])
+    nulls = [pa.nulls(rows, pa.int64()), *(pa.nulls(rows, pa.string()) for _ in DEAD_COLUMNS)]
+    return pa.RecordBatch.from_arrays([*columns, *metadata, *nulls], schema=arrow)
+
+
+def dead_letter_batch(arrow: pa.Schema, raws: list[str], errors: list[str], positions: list[str]) -> pa.RecordBatch:
+    """Dead letters of the batch schema ``arrow``: every other column null."""
+    data = [pa.nulls(len(raws), field.type) for field in arrow][:len(arrow) - len(DEAD_COLUMNS)]
+    return pa.RecordBatch.from_arrays([*data, pa.array(raws, pa.string()), pa.array(errors, pa.string()),
+                                       pa.array(positions, pa.string())], schema=arrow)

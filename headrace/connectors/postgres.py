@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from headrace.connectors import postgres_commits as commits
 from headrace.connectors import postgres_staging as staging
-from headrace.connectors.base import run_batch
+from headrace.connectors.base import redact_dsn, run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry, unreachable
 from headrace.contract import Guarantee, SinkConnector
@@ -76,25 +74,6 @@ def _psycopg() -> Any:
     except ImportError:
         raise SetupError("the Postgres sink needs psycopg 3: pip install 'psycopg[binary]'") from None
     return psycopg
-
-
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` without its password, fit for an error message.
-
-    >>> redact_dsn("postgresql://app:secret@db:5432/shop?sslmode=require&password=x")
-    'postgresql://app@db:5432/shop?sslmode=require'
-    >>> redact_dsn("host=db user=app password=secret dbname=shop")
-    'host=db user=app dbname=shop'
-    """
-    if "://" in dsn:
-        parts = urlsplit(dsn)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, host = netloc.rsplit("@", 1)
-            netloc = f"{userinfo.split(':', 1)[0]}@{host}"
-        query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    return re.sub(r"\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S*)", "", dsn).strip()
 
 
 def _one_line(exc: BaseException) -> str:

@@ -41,15 +41,16 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 
-from headrace.connectors.base import stop_requested
+from headrace.connectors import broker
+from headrace.connectors.base import redact_dsn
 from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.file_formats.values import BadValue, convert_values, iso_us
-from headrace.connectors.files_source import spark_schema
-from headrace.connectors.postgres import DEFAULT_DSN, redact_dsn
-from headrace.contract import DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext
+from headrace.connectors.payloads import data_batch, dead_letter_batch
+from headrace.connectors.postgres import DEFAULT_DSN
+from headrace.contract import SourceContext
 from headrace.errors import PlanError, SetupError, SourceError
 from headrace.schema import Schema, arrow_type, schema_of, to_ddl
 
@@ -294,8 +295,7 @@ class ChangeDecoder:
 
     def __init__(self, schema: Schema) -> None:
         self.schema = schema
-        self.data = (*schema, *METADATA)
-        self.arrow = batch_schema(self.data, dead_letters=True)
+        self.arrow = batch_schema((*schema, *METADATA), dead_letters=True)
         self.rows: list[tuple[Any, ...]] = []  # (op, table, before, after, lsn, commit lsn, time, xid, image)
         self.dead: list[tuple[str, str, str]] = []  # (raw, error, position)
 
@@ -339,8 +339,7 @@ class ChangeDecoder:
                 index = pa.array(keep, pa.int64())
                 columns = [c.take(index) for c in columns]
                 rows = [rows[i] for i in keep]
-            n = len(rows)
-            if n:
+            if rows:
                 def text(image: dict[str, Any] | None) -> str | None:
                     return None if image is None else _dumps(image)
 
@@ -350,40 +349,26 @@ class ChangeDecoder:
                         pa.array([r[4] for r in rows], pa.string()), pa.array([r[5] for r in rows], pa.string()),
                         pa.array([r[6] for r in rows], arrow_type("timestamp")),
                         pa.array([r[7] for r in rows], pa.int64())]
-                nulls = [pa.nulls(n, pa.int64()), *(pa.nulls(n, pa.string()) for _ in DEAD_COLUMNS)]
-                yield pa.RecordBatch.from_arrays([*columns, *meta, *nulls], schema=self.arrow)
+                yield data_batch(self.arrow, columns, meta)
         if dead:
-            data = [pa.nulls(len(dead), field.type) for field in self.arrow][:len(self.data) + 1]
-            yield pa.RecordBatch.from_arrays([*data, *(pa.array([d[k] for d in dead], pa.string()) for k in range(3))],
-                                             schema=self.arrow)
+            yield dead_letter_batch(self.arrow, [d[0] for d in dead], [d[1] for d in dead], [d[2] for d in dead])
 
 
 # ----------------------------------------------------------------------------------------
 # Spark Python data source.
 
-class LsnRange(InputPartition):
+class LsnRange(broker.PositionRange):
     """The changes of the transactions committed in (after, upto]."""
 
-    def __init__(self, after: str, upto: str) -> None:
-        super().__init__((after, upto))
-        self.after, self.upto = after, upto
 
+class ChangesReader(broker.Reader):
+    default_name = "changes"
 
-def _options_schema(options: Mapping[str, str]) -> Schema:
-    pairs = json.loads(options.get("schema") or "[]")
-    return schema_of([tuple(pair) for pair in pairs]) if pairs else ()
-
-
-class ChangesReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
+        super().__init__(options)
         self.tables: list[str] = json.loads(options.get("tables", "[]"))
         self.dsn = options.get("dsn", DEFAULT_DSN)
-        self.source = options.get("hr_source", "changes")
         self.slot = options.get("slot") or default_slot(self.source)
-        cap = options.get("max_records_per_batch") or ""
-        self.max_records = int(cap) if cap.isdigit() else None
-        self.schema = _options_schema(options)
         self.where = f"source {self.source!r}"
         self._conn: Any = None
 
@@ -395,15 +380,9 @@ class ChangesReader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         return {"lsn": ensure_slot(self._connection(), self.where, self.dsn, self.slot)}
 
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if stop_requested(self.options):
-            return start
-        budget = self.max_records
-        max_rows = getattr(limit, "max_rows", None)
-        if max_rows is not None:
-            budget = int(max_rows) if budget is None else min(budget, int(max_rows))
+    def end_offset(self, start: dict, cap: int | None) -> dict:
         after = lsn_int(start["lsn"])
-        end = self._plan_by_position(after) if budget is None else self._plan(after, budget)
+        end = self._plan_by_position(after) if cap is None else self._plan(after, cap)
         return start if end is None else {"lsn": lsn_text(end)}
 
     def _plan_by_position(self, after: int) -> int | None:
@@ -562,18 +541,9 @@ def _advance(conn: Any, slot: str, lsn: str) -> None:
             time.sleep(0.5)
 
 
-class PostgresChangesDataSource(DataSource):
+class PostgresChangesDataSource(broker.DataSource, short_name="headrace_postgres_changes", reader=ChangesReader,
+                                metadata=METADATA):
     """Spark data source ``headrace_postgres_changes``; options as produced by ``PostgresChanges.options()``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "headrace_postgres_changes"
-
-    def schema(self) -> str:
-        return spark_schema((*_options_schema(dict(self.options)), *METADATA), dead_letters=True)
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return ChangesReader(dict(self.options))
 
 
 # ----------------------------------------------------------------------------------------
@@ -604,7 +574,7 @@ def _merged_schema(schema: Any, tables: tuple[str, ...], where: str) -> Schema:
 
 
 @dataclass(frozen=True, init=False)
-class PostgresChanges(SourceConnector):
+class PostgresChanges(broker.Source):
     """The inserts, updates and deletes of PostgreSQL tables, from a logical replication slot.
 
     ``tables``: a table, a comma-separated list or a list (``"orders"`` is ``public.orders``;
@@ -616,14 +586,13 @@ class PostgresChanges(SourceConnector):
     (None: all there are). Exactly-once while the slot lives; see the module's docstring.
     """
 
+    spark_source = PostgresChangesDataSource
+
     tables: tuple[str, ...]
     data_schema: Schema
     dsn: str
     slot: str | None
     max_records_per_batch: int | None
-
-    guarantee = Guarantee.EXACTLY_ONCE
-    emits_dead_letters = True
 
     def __init__(self, tables: str | Sequence[str], *, dsn: str = DEFAULT_DSN, slot: str | None = None,
                  schema: Any = None, max_records_per_batch: int | None = None) -> None:
@@ -642,8 +611,7 @@ class PostgresChanges(SourceConnector):
         if slot is not None and not (isinstance(slot, str) and _SLOT_NAME.match(slot)):
             raise PlanError(f"{where}: slot={slot!r} is not a replication slot name (lower-case letters, digits "
                             "and _, at most 63)")
-        if max_records_per_batch is not None and max_records_per_batch < 1:
-            raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
+        broker.check_batch_sizes(where, max_records_per_batch)
         data_schema = _merged_schema(schema, qualified, where)
         taken = sorted({n for n, _ in data_schema} & {n for n, _ in METADATA})
         if taken:
@@ -654,27 +622,8 @@ class PostgresChanges(SourceConnector):
         if unsupported:
             raise PlanError(f"{where}: schema types {', '.join(unsupported)} are not read from changes; use "
                             f"{', '.join(CONVERTERS)} (or read the value from the JSON images)")
-        set_field = object.__setattr__
-        set_field(self, "tables", qualified)
-        set_field(self, "data_schema", data_schema)
-        set_field(self, "dsn", dsn)
-        set_field(self, "slot", slot)
-        set_field(self, "max_records_per_batch", max_records_per_batch)
-
-    def schema(self) -> Schema:
-        return (*self.data_schema, *METADATA)
-
-    def data_source(self) -> type:
-        return PostgresChangesDataSource
-
-    def options(self) -> dict[str, str]:
-        return {
-            "tables": json.dumps(list(self.tables)),
-            "dsn": self.dsn,
-            "slot": self.slot or "",
-            "schema": json.dumps([list(pair) for pair in self.data_schema]),
-            "max_records_per_batch": str(self.max_records_per_batch or ""),
-        }
+        self._assign(tables=qualified, data_schema=data_schema, dsn=dsn, slot=slot,
+                     max_records_per_batch=max_records_per_batch)
 
     def offset_identity(self) -> dict[str, Any]:
         """An offset is a commit position of the slot's database: the slot and the tables fix what it

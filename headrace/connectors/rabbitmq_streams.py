@@ -48,8 +48,6 @@ pass through the driver (``toArrow``), which reads the batch in full; cap batch 
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -58,17 +56,16 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 
-from headrace.connectors.base import stop_requested
+from headrace.connectors import broker
+from headrace.connectors.base import redact_dsn
 from headrace.connectors.file_formats.reader import batch_schema
-from headrace.connectors.files_source import spark_schema
-from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches, text
-from headrace.connectors.postgres import redact_dsn
-from headrace.contract import Guarantee, SinkConnector, SourceConnector, SourceContext
-from headrace.errors import PlanError, SetupError, SinkError, SourceError
-from headrace.runtime.admission import adaptive_cap, backlog, combined_cap
-from headrace.schema import Schema, schema_of, to_ddl
+from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches, text
+from headrace.contract import Guarantee, SourceContext
+from headrace.errors import PlanError, SinkError, SourceError
+from headrace.runtime.admission import backlog
+from headrace.schema import Schema, to_ddl
 from headrace.sink_step import SinkStep, step_name
 
 T = TypeVar("T")
@@ -90,12 +87,7 @@ FRAME_BYTES = 512 * 1024  # payload bytes per publish frame (the client's frame_
 
 
 def _rstream() -> Any:
-    try:
-        import rstream
-    except ImportError:
-        raise SetupError("RabbitMQ Streams need the Python package rstream: pip install 'headrace[rabbitmq]' "
-                         "(or pip install 'rstream>=1.1')") from None
-    return rstream
+    return broker.client_library("rstream", "RabbitMQ Streams need", "rabbitmq", "rstream>=1.1")
 
 
 @dataclass(frozen=True)
@@ -315,33 +307,24 @@ class MessageDecoder:
 # ----------------------------------------------------------------------------------------
 # Spark Python data source.
 
-class OffsetRange(InputPartition):
+class OffsetRange(broker.PositionRange):
     """The stream's offsets after ``after`` up to ``upto`` (inclusive)."""
-
-    def __init__(self, after: int, upto: int) -> None:
-        super().__init__((after, upto))
-        self.after, self.upto = after, upto
-
-
-def _options_schema(options: dict[str, str]) -> Schema:
-    return schema_of([tuple(pair) for pair in json.loads(options.get("schema") or "[]")])
 
 
 def _source_failed(source: str, url: str, doing: str, exc: BaseException) -> SourceError:
     return SourceError(f"source {source!r}: RabbitMQ at {redact_dsn(url)}: {doing}: {_reason(exc)}")
 
 
-class RabbitMQStreamReader(DataSourceStreamReader):
+class RabbitMQStreamReader(broker.Reader):
+    default_name = "rabbitmq"
+    adaptive = True
+
     def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
+        super().__init__(options)
         self.stream = options.get("stream", "")
         self.url = options.get("url", DEFAULT_URL)
         self.start = options.get("start", "first")
-        cap = options.get("max_records_per_batch") or ""
-        self.max_records = int(cap) if cap.isdigit() else None
         self.partition_records = int(options.get("partition_records", PARTITION_RECORDS))
-        self.source = options.get("hr_source", "rabbitmq")
-        self.schema = _options_schema(options)
         self._driver: _Loop | None = None
         self._initial: dict | None = None
         self._backlog: int | None = None
@@ -366,16 +349,12 @@ class RabbitMQStreamReader(DataSourceStreamReader):
             self._initial = {"offset": offset}
         return dict(self._initial)
 
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if stop_requested(self.options):
-            return start
+    def end_offset(self, start: dict, cap: int | None) -> dict:
         first = int(start.get("offset", -1))
         found = self._last_chunk()
         if found is None or found[1] <= first:
             self._backlog = 0
             return start
-        max_rows = getattr(limit, "max_rows", None)
-        cap = combined_cap(self.max_records, adaptive_cap(self.options), None if max_rows is None else int(max_rows))
         end = found[1] if cap is None else min(found[1], first + cap)
         self._backlog = found[1] - end
         return {"offset": end}
@@ -384,9 +363,8 @@ class RabbitMQStreamReader(DataSourceStreamReader):
         return None if self._backlog is None else backlog(self._backlog)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        after, upto = int(start.get("offset", -1)), int(end.get("offset", -1))
-        bounds = [*range(after, upto, self.partition_records), upto]
-        return [OffsetRange(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        spans = broker.split_range(int(start.get("offset", -1)), int(end.get("offset", -1)), self.partition_records)
+        return [OffsetRange(after, upto) for after, upto in spans]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
@@ -439,27 +417,15 @@ class RabbitMQStreamReader(DataSourceStreamReader):
                               f"{self.stream!r} sent nothing for {READ_IDLE_S:g} s while offsets "
                               f"{partition.after + 1}..{partition.upto} were read (removed by retention?)") from None
 
-    def commit(self, end: dict) -> None:
-        pass
-
     def stop(self) -> None:
         if self._driver is not None:
             self._driver.close()
             self._driver = None
 
 
-class RabbitMQDataSource(DataSource):
+class RabbitMQDataSource(broker.DataSource, short_name="headrace_rabbitmq", reader=RabbitMQStreamReader,
+                         metadata=METADATA):
     """Spark data source ``headrace_rabbitmq``; options as produced by ``RabbitMQ.options()``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "headrace_rabbitmq"
-
-    def schema(self) -> str:
-        return spark_schema((*_options_schema(dict(self.options)), *METADATA), dead_letters=True)
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return RabbitMQStreamReader(dict(self.options))
 
 
 def _check_stream(where: str, stream: Any) -> str:
@@ -471,7 +437,7 @@ def _check_stream(where: str, stream: Any) -> str:
 
 
 @dataclass(frozen=True, init=False)
-class RabbitMQ(SourceConnector):
+class RabbitMQ(broker.Source):
     """The messages of the RabbitMQ stream ``stream``, read over the stream protocol from ``url``.
 
     ``format``: "json" (the payload is a JSON object) or "raw" (the payload is the schema's one
@@ -484,6 +450,8 @@ class RabbitMQ(SourceConnector):
     are kept (see the module's docstring).
     """
 
+    spark_source = RabbitMQDataSource
+
     stream: str
     data_schema: Schema
     url: str
@@ -492,54 +460,18 @@ class RabbitMQ(SourceConnector):
     max_records_per_batch: int | None
     partition_records: int
 
-    guarantee = Guarantee.EXACTLY_ONCE
-    emits_dead_letters = True
-
     def __init__(self, stream: str, *, schema: Any, url: str = DEFAULT_URL, format: str = "json",
                  start: str = "first", max_records_per_batch: int | None = DEFAULT_MAX_RECORDS,
                  partition_records: int = PARTITION_RECORDS) -> None:
         _check_stream("RabbitMQ()", stream)
         where = f"RabbitMQ({stream})"
-        if format not in FORMATS:
-            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
-        if schema is None:
-            raise PlanError(f"{where}: needs schema=, e.g. schema='user string, amount long'")
-        if start not in STARTS:
-            raise PlanError(f"{where}: start={start!r} is not one of {', '.join(STARTS)}")
+        broker.check_reading(where, format, FORMATS, schema, start, STARTS)
         _check_url(where, url)
-        if max_records_per_batch is not None and max_records_per_batch < 1:
-            raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
-        if partition_records < 1:
-            raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
-        data_schema = message_schema(schema, METADATA, where)
-        if format == "raw" and (len(data_schema) != 1 or data_schema[0][1] not in ("string", "binary")):
-            raise PlanError(f"{where}: format='raw' puts the payload in one column: the schema must be one "
-                            f"string or binary column, e.g. schema='body string'")
-        set_field = object.__setattr__
-        set_field(self, "stream", stream)
-        set_field(self, "data_schema", data_schema)
-        set_field(self, "url", url)
-        set_field(self, "format", format)
-        set_field(self, "start", start)
-        set_field(self, "max_records_per_batch", max_records_per_batch)
-        set_field(self, "partition_records", partition_records)
-
-    def schema(self) -> Schema:
-        return (*self.data_schema, *METADATA)
-
-    def data_source(self) -> type:
-        return RabbitMQDataSource
-
-    def options(self) -> dict[str, str]:
-        return {
-            "stream": self.stream,
-            "url": self.url,
-            "format": self.format,
-            "schema": json.dumps([list(pair) for pair in self.data_schema]),
-            "start": self.start,
-            "max_records_per_batch": str(self.max_records_per_batch or ""),
-            "partition_records": str(self.partition_records),
-        }
+        broker.check_batch_sizes(where, max_records_per_batch, partition_records)
+        data_schema = broker.payload_schema(where, schema, METADATA, format,
+                                            "string or binary column, e.g. schema='body string'")
+        self._assign(stream=stream, data_schema=data_schema, url=url, format=format, start=start,
+                     max_records_per_batch=max_records_per_batch, partition_records=partition_records)
 
     def offset_identity(self) -> dict[str, Any]:
         """An offset is a position in one stream: the stream and how a message becomes a record
@@ -601,7 +533,7 @@ def publisher_reference(identity: str) -> str:
     return f"headrace/{hashlib.sha256(identity.encode()).hexdigest()}"
 
 
-class RabbitMQSink(SinkConnector):
+class RabbitMQSink(broker.Sink):
     """Publish each row as a JSON object to the RabbitMQ stream ``stream`` at ``url``, exactly once
     through the broker's de-duplication (see the module's docstring for when that holds).
 
@@ -611,22 +543,15 @@ class RabbitMQSink(SinkConnector):
     """
 
     guarantee = Guarantee.EXACTLY_ONCE
-    native_format = None
 
     def __init__(self, stream: str, *, url: str = DEFAULT_URL, key: str | None = None,
                  name: str | None = None) -> None:
         _check_stream("RabbitMQ sink", stream)
         where = f"RabbitMQ sink for stream {stream!r}"
         _check_url(where, url)
-        if key is not None and (not isinstance(key, str) or not key):
-            raise PlanError(f"{where}: key must be a column name, got {key!r}")
+        broker.check_key(where, key)
+        super().__init__(name)
         self.stream, self.url, self.key = stream, url, key
-        self._name = name
-        self._step: SinkStep | None = None
-        self._session: _Loop | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_session": None}
 
     @property
     def name(self) -> str:
@@ -635,12 +560,6 @@ class RabbitMQSink(SinkConnector):
     @property
     def reference(self) -> str:
         return publisher_reference(self.name)
-
-    def bind(self, identity: str, defined_at: str = "") -> RabbitMQSink:
-        """A copy of this sink publishing under ``identity`` (``headrace/spark/writer.py``)."""
-        bound = copy.copy(self)
-        bound._name, bound._step, bound._session = identity, SinkStep(step_name(identity), defined_at), None
-        return bound
 
     def _where(self) -> str:
         return str(self._step or SinkStep(step_name(self.name)))
@@ -653,11 +572,11 @@ class RabbitMQSink(SinkConnector):
         return f"RabbitMQ({self.stream!r}, url={redact_dsn(self.url)!r}, key={self.key!r})"
 
     def _run(self, doing: str, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
-        if self._session is None:
+        if self._connection is None:
             _rstream()
-            self._session = _Loop(self.url, "headrace-sink")
+            self._connection = _Loop(self.url, "headrace-sink")
         try:
-            return self._session.run(work)
+            return self._connection.run(work)
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - rstream's errors, named in the message
@@ -678,19 +597,9 @@ class RabbitMQSink(SinkConnector):
     def committed(self, batch_id: int) -> bool:
         return self.last_publishing_id() >= publishing_ids(batch_id, 0).stop - 1
 
-    def _records(self, df: Any) -> Any:
-        from pyspark.sql import functions as F
-
-        value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
-        if self.key is None:
-            return df.select(value.alias("value"))
-        if self.key not in df.columns:
-            raise SinkError(f"{self._where()}: the key column {self.key!r} is not among the rows' columns "
-                            f"{list(df.columns)}")
-        return df.select(value.alias("value"), F.col(f"`{self.key}`").cast("string").alias("key"))
-
     def write_batch(self, df: Any, batch_id: int) -> None:
-        table = self._records(df).toArrow()  # reads the whole batch, so its stateful operators commit
+        # toArrow reads the whole batch, so its stateful operators commit
+        table = broker.keyed_json(df, self.key, self._where()).toArrow()
         if table.num_rows > BLOCK:
             raise SinkError(f"{self._where()}: batch {batch_id} has {table.num_rows} rows; a RabbitMQ sink publishes "
                             f"at most {BLOCK} rows per batch (its publishing ids): lower the source's "
@@ -764,6 +673,6 @@ class RabbitMQSink(SinkConnector):
             await client.delete_publisher(publisher)
 
     def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None

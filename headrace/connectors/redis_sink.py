@@ -40,8 +40,7 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any, TypeVar
 
-from headrace.connectors.base import run_batch
-from headrace.connectors.postgres import redact_dsn
+from headrace.connectors.base import redact_dsn, run_batch
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
 from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError, SetupError, SinkError

@@ -30,19 +30,17 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 
-from headrace.connectors.base import stop_requested
+from headrace.connectors import broker
+from headrace.connectors.base import redact_dsn
 from headrace.connectors.file_formats.csv import TEXT_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.file_formats.values import convert_values
-from headrace.connectors.files_source import spark_schema
 from headrace.connectors.payloads import Dead, PayloadDecoder, message_schema, record_batches, text
-from headrace.connectors.postgres import redact_dsn
-from headrace.contract import Guarantee, SourceConnector, SourceContext
-from headrace.errors import PlanError, SetupError, SourceError
-from headrace.runtime.admission import adaptive_cap, combined_cap
-from headrace.schema import Schema, arrow_type, schema_of, to_ddl
+from headrace.contract import SourceContext
+from headrace.errors import PlanError, SourceError
+from headrace.schema import Schema, arrow_type, to_ddl
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 FORMATS = ("json", "fields")
@@ -93,11 +91,7 @@ def _streams(streams: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _client(url: str) -> Any:
-    try:
-        import redis
-    except ImportError:
-        raise SetupError("the Redis source needs the Python package redis: pip install 'headrace[redis]' "
-                         "(or pip install 'redis>=5')") from None
+    redis = broker.client_library("redis", "the Redis source needs", "redis", "redis>=5")
     return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=60, decode_responses=False)
 
 
@@ -169,21 +163,16 @@ class StreamRange(InputPartition):
         self.stream, self.after, self.upto = stream, after, upto
 
 
-def _options_schema(options: dict[str, str]) -> Schema:
-    return schema_of([tuple(pair) for pair in json.loads(options.get("schema") or "[]")])
+class RedisStreamReader(broker.Reader):
+    default_name = "redis"
+    adaptive = True
 
-
-class RedisStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
+        super().__init__(options)
         self.streams: list[str] = json.loads(options.get("streams", "[]"))
         self.url = options.get("url", DEFAULT_URL)
         self.start = options.get("start", "earliest")
-        cap = options.get("max_records_per_batch") or ""
-        self.max_records = int(cap) if cap.isdigit() else None
         self.partition_records = int(options.get("partition_records", PARTITION_RECORDS))
-        self.source = options.get("hr_source", "redis")
-        self.schema = _options_schema(options)
         self._redis: Any = None
         self._script: Any = None
         self._initial: dict[str, str] | None = None
@@ -218,12 +207,9 @@ class RedisStreamReader(DataSourceStreamReader):
                             raise _failed(self.source, self.url, f"cannot read the stream {stream!r}", exc) from None
         return dict(self._initial)
 
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if stop_requested(self.options):
-            return start
+    def end_offset(self, start: dict, cap: int | None) -> dict:
         self._splits.clear()  # Spark planned the batches of the offsets returned before
-        max_rows = getattr(limit, "max_rows", None)
-        budget = combined_cap(self.max_records, adaptive_cap(self.options), None if max_rows is None else int(max_rows))
+        budget = cap
         first = {stream: str(start.get(stream, FIRST_ID)) for stream in self.streams}
         last, walked = dict(first), dict.fromkeys(self.streams, 0)
         splits: dict[str, list[str]] = {stream: [] for stream in self.streams}
@@ -282,30 +268,17 @@ class RedisStreamReader(DataSourceStreamReader):
         finally:
             client.close()
 
-    def commit(self, end: dict) -> None:
-        pass
-
     def stop(self) -> None:
         if self._redis is not None:
             self._redis.close()
 
 
-class RedisDataSource(DataSource):
+class RedisDataSource(broker.DataSource, short_name="headrace_redis", reader=RedisStreamReader, metadata=METADATA):
     """Spark data source ``headrace_redis``; options as produced by ``Redis.options()``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "headrace_redis"
-
-    def schema(self) -> str:
-        return spark_schema((*_options_schema(dict(self.options)), *METADATA), dead_letters=True)
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return RedisStreamReader(dict(self.options))
 
 
 @dataclass(frozen=True, init=False)
-class Redis(SourceConnector):
+class Redis(broker.Source):
     """Entries of Redis streams, read with ``XRANGE`` from ``url``.
 
     ``streams``: a stream name, a comma-separated list or a list. ``format``: "json" (the entry's
@@ -318,6 +291,8 @@ class Redis(SourceConnector):
     split beyond it). Exactly-once while the entries are kept.
     """
 
+    spark_source = RedisDataSource
+
     streams: tuple[str, ...]
     data_schema: Schema
     url: str
@@ -326,9 +301,6 @@ class Redis(SourceConnector):
     start: str
     max_records_per_batch: int | None
     partition_records: int
-
-    guarantee = Guarantee.EXACTLY_ONCE
-    emits_dead_letters = True
 
     def __init__(self, streams: str | Sequence[str], *, schema: Any, url: str = DEFAULT_URL, format: str = "json",
                  field: str = "data", start: str = "earliest",
@@ -340,48 +312,15 @@ class Redis(SourceConnector):
             raise PlanError("Redis(): give at least one stream name, e.g. Redis('clicks', schema=...)")
         if len(set(names)) != len(names):
             raise PlanError(f"{where}: a stream is named twice")
-        if format not in FORMATS:
-            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
-        if schema is None:
-            raise PlanError(f"{where}: needs schema=, e.g. schema='user string, amount long'")
-        if start not in STARTS:
-            raise PlanError(f"{where}: start={start!r} is not one of {', '.join(STARTS)}")
+        broker.check_reading(where, format, FORMATS, schema, start, STARTS)
         if not url.startswith(("redis://", "rediss://", "unix://")):
             raise PlanError(f"{where}: url {redact_dsn(url)!r} is not a redis://, rediss:// or unix:// URL")
         if format == "json" and not field:
             raise PlanError(f"{where}: field= names the entry field holding the JSON object; it is empty")
-        if max_records_per_batch is not None and max_records_per_batch < 1:
-            raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
-        if partition_records < 1:
-            raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
+        broker.check_batch_sizes(where, max_records_per_batch, partition_records)
         data_schema = message_schema(schema, METADATA, where)
-        set_field = object.__setattr__
-        set_field(self, "streams", names)
-        set_field(self, "data_schema", data_schema)
-        set_field(self, "url", url)
-        set_field(self, "format", format)
-        set_field(self, "field", field)
-        set_field(self, "start", start)
-        set_field(self, "max_records_per_batch", max_records_per_batch)
-        set_field(self, "partition_records", partition_records)
-
-    def schema(self) -> Schema:
-        return (*self.data_schema, *METADATA)
-
-    def data_source(self) -> type:
-        return RedisDataSource
-
-    def options(self) -> dict[str, str]:
-        return {
-            "streams": json.dumps(list(self.streams)),
-            "url": self.url,
-            "format": self.format,
-            "field": self.field,
-            "schema": json.dumps([list(pair) for pair in self.data_schema]),
-            "start": self.start,
-            "max_records_per_batch": str(self.max_records_per_batch or ""),
-            "partition_records": str(self.partition_records),
-        }
+        self._assign(streams=names, data_schema=data_schema, url=url, format=format, field=field, start=start,
+                     max_records_per_batch=max_records_per_batch, partition_records=partition_records)
 
     def offset_identity(self) -> dict[str, Any]:
         """An offset is an entry id per stream: the streams and how an entry becomes a record fix

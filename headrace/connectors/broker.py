@@ -1,0 +1,259 @@
+"""What the message-system connectors share: Redis Streams, NATS JetStream, RabbitMQ Streams, MQTT
+and PostgreSQL change data capture (``redis_streams.py``, ``nats_jetstream.py``,
+``rabbitmq_streams.py``, ``mqtt.py``, ``postgres_cdc.py``). Each of those modules keeps its
+client calls, its offsets and its own options.
+
+A source is three classes. Its connector (:class:`Source`) is a frozen dataclass whose
+fields are checked when the plan is built; its Spark options are those fields as text. Its Spark
+data source (:class:`DataSource`) gives Spark the columns (the data's, the source's own
+metadata, the control and dead-letter columns) and the reader. Its reader (:class:`Reader`)
+reads the options back and plans batches by position: ``latestOffset`` hands out nothing new
+once the stop file exists, and otherwise asks the source for the end of a batch of at most the
+records the batch may take. How a payload becomes a record or a dead letter is in
+``headrace/connectors/payloads.py``.
+
+A sink (:class:`Sink`) publishes each row as its JSON object (Spark's ``to_json``) and names
+itself, in its messages and its commits, by the step it is bound to (``headrace/spark/writer.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any, ClassVar, Self, cast
+
+from pyspark.sql import datasource
+
+from headrace.connectors.base import spark_schema, stop_requested
+from headrace.connectors.payloads import message_schema
+from headrace.contract import Guarantee, SinkConnector, SourceConnector
+from headrace.errors import PlanError, SetupError, SinkError
+from headrace.runtime.admission import adaptive_cap, combined_cap
+from headrace.schema import Schema, schema_of, to_ddl
+from headrace.sink_step import SinkStep, step_name
+
+
+def client_library(module: str, needing: str, extra: str, requirement: str) -> Any:
+    """The client library ``module``, imported when first used, so that headrace runs without the
+    ones it does not use; without it, a SetupError that says how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        package = requirement.partition(">=")[0]
+        raise SetupError(f"{needing} the Python package {package}: pip install 'headrace[{extra}]' "
+                         f"(or pip install '{requirement}')") from None
+
+
+# ----------------------------------------------------------------------------------------
+# Options: a connector's fields as text, and back.
+
+
+def option_text(value: Any) -> str:
+    """A connector's field as the text of a Spark option: names and schemas as JSON lists, None as "".
+
+    >>> option_text(("a", "b")), option_text((("id", "long"),)), option_text(None), option_text(3)
+    ('["a", "b"]', '[["id", "long"]]', '', '3')
+    """
+    if isinstance(value, tuple):
+        return json.dumps(value)
+    return "" if value is None else str(value)
+
+
+def options_schema(options: Mapping[str, str]) -> Schema:
+    """The data columns the option ``schema`` holds (JSON pairs); none when it is empty."""
+    pairs = json.loads(options.get("schema") or "[]")
+    return schema_of([tuple(pair) for pair in pairs]) if pairs else ()
+
+
+def check_reading(where: str, format: str, formats: tuple[str, ...], schema: Any, start: str,
+                  starts: tuple[str, ...]) -> None:
+    """Refuse an unknown ``format`` or ``start``, and a missing ``schema``."""
+    if format not in formats:
+        raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(formats)}")
+    if schema is None:
+        raise PlanError(f"{where}: needs schema=, e.g. schema='user string, amount long'")
+    if start not in starts:
+        raise PlanError(f"{where}: start={start!r} is not one of {', '.join(starts)}")
+
+
+def check_batch_sizes(where: str, max_records_per_batch: int | None, partition_records: int | None = None) -> None:
+    """Refuse a cap of records per batch, or of positions per Spark partition, below 1 (None: no cap)."""
+    if max_records_per_batch is not None and max_records_per_batch < 1:
+        raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
+    if partition_records is not None and partition_records < 1:
+        raise PlanError(f"{where}: partition_records must be at least 1, got {partition_records}")
+
+
+def payload_schema(where: str, schema: Any, metadata: Schema, format: str, raw_wanted: str) -> Schema:
+    """The data columns ``schema`` gives (``message_schema``). With ``format="raw"`` they must be
+    one string or binary column; ``raw_wanted`` ends the error otherwise, with ``{schema}`` standing
+    for the schema given."""
+    data = message_schema(schema, metadata, where)
+    if format == "raw" and (len(data) != 1 or data[0][1] not in ("string", "binary")):
+        raise PlanError(f"{where}: format='raw' puts the payload in one column: the schema must be one "
+                        + raw_wanted.replace("{schema}", repr(to_ddl(data))))
+    return data
+
+
+# ----------------------------------------------------------------------------------------
+# Sources.
+
+class Reader(datasource.DataSourceStreamReader):
+    """A message-system source's reader, made from the options its connector wrote.
+
+    ``latestOffset`` is the start while the stop file exists (the run drains), else
+    ``end_offset(start, cap)``. The offsets are positions the server keeps, so ``commit`` has
+    nothing to do unless the source acknowledges what it read."""
+
+    default_name: ClassVar[str]  # the source's name when the options give none
+    adaptive: ClassVar[bool] = False  # the runtime's adaptive admission caps its batches
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.source = options.get("hr_source", self.default_name)
+        self.schema = options_schema(options)
+        cap = options.get("max_records_per_batch") or ""
+        self.max_records = int(cap) if cap.isdigit() else None
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        if stop_requested(self.options):
+            return start
+        return self.end_offset(start, self.cap(limit))
+
+    def cap(self, limit: Any) -> int | None:
+        """The most records the next batch may take (None: no cap): the smallest of
+        ``max_records_per_batch``, adaptive admission's cap (``adaptive`` sources) and Spark's
+        read ``limit``."""
+        max_rows = getattr(limit, "max_rows", None)
+        admitted = adaptive_cap(self.options) if self.adaptive else None
+        return combined_cap(self.max_records, admitted, None if max_rows is None else int(max_rows))
+
+    def end_offset(self, start: dict, cap: int | None) -> dict:
+        """The offset where the batch after ``start`` ends, at most ``cap`` records on (``start``
+        itself when there is nothing to read)."""
+        raise NotImplementedError
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class PositionRange(datasource.InputPartition):
+    """The positions after ``after`` up to ``upto`` (inclusive): what one Spark task reads."""
+
+    def __init__(self, after: Any, upto: Any) -> None:
+        super().__init__((after, upto))
+        self.after, self.upto = after, upto
+
+
+def split_range(after: int, upto: int, size: int) -> list[tuple[int, int]]:
+    """The positions after ``after`` up to ``upto`` in pieces of at most ``size``, as (after, upto).
+
+    >>> split_range(0, 5, 2), split_range(7, 7, 2)
+    ([(0, 2), (2, 4), (4, 5)], [])
+    """
+    bounds = [*range(after, upto, size), upto]
+    return list(zip(bounds, bounds[1:]))
+
+
+class DataSource(datasource.DataSource):
+    """A message-system source's Spark data source: its schema and its reader, from the options its
+    connector wrote. A subclass names what Spark registers it as, its reader and the columns the
+    source adds to each record: ``class NatsDataSource(broker.DataSource, short_name="headrace_nats",
+    reader=NatsStreamReader, metadata=METADATA)``."""
+
+    short_name: ClassVar[str]
+    reader_class: ClassVar[type[Reader]]
+    metadata: ClassVar[Schema]
+
+    def __init_subclass__(cls, *, short_name: str, reader: type[Reader], metadata: Schema, **more: Any) -> None:
+        super().__init_subclass__(**more)
+        cls.short_name, cls.reader_class, cls.metadata = short_name, reader, metadata
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.short_name
+
+    def schema(self) -> str:
+        return spark_schema((*options_schema(dict(self.options)), *self.metadata), dead_letters=True)
+
+    def streamReader(self, schema: Any) -> datasource.DataSourceStreamReader:
+        return self.reader_class(dict(self.options))
+
+
+class Source(SourceConnector):
+    """A message-system source's connector: a frozen dataclass (``init=False``) whose ``__init__``
+    checks its arguments, then sets its fields (``_assign``). Its Spark options are its fields as
+    text (``data_schema`` as ``schema``)."""
+
+    guarantee = Guarantee.EXACTLY_ONCE
+    emits_dead_letters = True
+    spark_source: ClassVar[type[DataSource]]
+    data_schema: Schema
+
+    def _assign(self, **values: Any) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def schema(self) -> Schema:
+        return (*self.data_schema, *self.spark_source.metadata)
+
+    def data_source(self) -> type:
+        return self.spark_source
+
+    def options(self) -> dict[str, str]:
+        return {("schema" if field.name == "data_schema" else field.name): option_text(getattr(self, field.name))
+                for field in fields(cast(Any, self))}
+
+
+# ----------------------------------------------------------------------------------------
+# Sinks.
+
+def check_key(where: str, key: Any) -> None:
+    """Refuse a ``key=`` that is neither None nor a column name."""
+    if key is not None and (not isinstance(key, str) or not key):
+        raise PlanError(f"{where}: key must be a column name, got {key!r}")
+
+
+def json_value(df: Any) -> Any:
+    """A column holding each row of ``df`` as its JSON object (Spark's ``to_json``)."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
+
+
+def keyed_json(df: Any, key: str | None, where: str) -> Any:
+    """The rows of ``df`` as ``value``, their JSON object, and ``key``, the text of the column
+    ``key`` (when there is one)."""
+    from pyspark.sql import functions as F
+
+    value = json_value(df).alias("value")
+    if key is None:
+        return df.select(value)
+    if key not in df.columns:
+        raise SinkError(f"{where}: the key column {key!r} is not among the rows' columns {list(df.columns)}")
+    return df.select(value, F.col(f"`{key}`").cast("string").alias("key"))
+
+
+class Sink(SinkConnector):
+    """A message-system sink. ``bind`` gives a copy named after its step, which is what it
+    publishes (and commits) under; its connection (``_connection``, the driver's) is not copied
+    nor pickled."""
+
+    native_format = None
+
+    def __init__(self, name: str | None) -> None:
+        self._name = name
+        self._step: SinkStep | None = None
+        self._connection: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_connection": None}
+
+    def bind(self, identity: str, defined_at: str = "") -> Self:
+        """A copy of this sink publishing and committing under ``identity`` (``headrace/spark/writer.py``)."""
+        bound = copy.copy(self)
+        bound._name, bound._step, bound._connection = identity, SinkStep(step_name(identity), defined_at), None
+        return bound
