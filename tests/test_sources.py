@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from headrace.connectors.base import CONTROL_COLUMN, DEAD_COLUMNS, FLUSH_TIME_MS, Guarantee
-from headrace.connectors.files_source import FileSource, FileStreamReader
+from headrace.connectors.files_source import FileSource
 from headrace.connectors.generator import (
     YSB_ADS_SCHEMA,
     Generator,
@@ -23,6 +23,7 @@ from headrace.connectors.generator import (
     ysb_ads,
 )
 from headrace.connectors.socket import Socket
+from headrace.connectors.spark_readers.files import FileStreamReader
 from headrace.connectors.spark_readers.generator import GeneratorStreamReader
 from headrace.errors import PlanError, SourceError
 

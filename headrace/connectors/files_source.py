@@ -29,40 +29,21 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-
 from headrace.connectors import files_native
-from headrace.connectors.base import mark_exhausted, spark_schema, stop_requested
-from headrace.connectors.file_formats import FORMATS, READERS
+from headrace.connectors.file_formats import FORMATS
 from headrace.connectors.file_formats.parquet import parquet_schema
-from headrace.connectors.file_formats.reader import batch_schema
 from headrace.contract import (
-    CONTROL_COLUMN,
-    FLUSH_TIME_MS,
-    FLUSHED,
     Guarantee,
     SourceConnector,
     SourceContext,
 )
 from headrace.errors import PlanError, SourceError
-from headrace.runtime.admission import backlog
 from headrace.schema import Schema, schema_of, to_ddl
 
 READER_KINDS = ("python", "spark")
-
-
-def flush_batch(schema: pa.Schema) -> pa.RecordBatch:
-    """One control row: every other column null, ``_hr_ctl`` = FLUSH_TIME_MS."""
-    arrays = [
-        pa.array([FLUSH_TIME_MS], pa.int64()) if field.name == CONTROL_COLUMN else pa.nulls(1, field.type)
-        for field in schema
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def list_files(path: str) -> list[str]:
@@ -70,111 +51,6 @@ def list_files(path: str) -> list[str]:
     with os.scandir(path) as entries:
         return sorted(e.name for e in entries
                       if not e.name.startswith((".", "_")) and e.is_file())
-
-
-# ----------------------------------------------------------------------------------------
-# Spark Python data source.
-
-class FilePartition(InputPartition):
-    """One file to read (``path`` set) or the flush row (``path`` None)."""
-
-    def __init__(self, path: str | None) -> None:
-        super().__init__(path)
-        self.path = path
-
-
-def _options_schema(options: dict[str, str]) -> Schema:
-    text = options.get("schema")
-    if not text:
-        raise SourceError("headrace_files: the option 'schema' is required")
-    if text.lstrip().startswith("["):
-        return schema_of([tuple(pair) for pair in json.loads(text)])
-    return schema_of(text)
-
-
-class FileStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
-        self.path = options.get("path", "")
-        self.format = options.get("format", "jsonl")
-        self.bounded = options.get("bounded", "false").lower() == "true"
-        self.schema = _options_schema(options)
-        self.dead_letters = self.format != "parquet"
-        self.max_files = int(options["max_files_per_batch"]) if options.get("max_files_per_batch") else None
-        self._marked = False
-        self._backlog: int | None = None
-
-    def initialOffset(self) -> dict:
-        return {"files": []}
-
-    def _exhausted(self) -> None:
-        if not self._marked:
-            mark_exhausted(self.options)
-            self._marked = True
-
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if start.get(FLUSHED):
-            self._exhausted()
-            return start
-        if stop_requested(self.options):
-            return start
-        try:
-            names = list_files(self.path)
-        except OSError as exc:
-            raise SourceError(f"source {self.options.get('hr_source', 'files')!r}: cannot list the "
-                              f"directory {self.path!r}: {exc}") from None
-        seen = list(start["files"])
-        # A bounded source takes the files of its first listing ("pending" until taken).
-        waiting = start.get("pending") if self.bounded else None
-        if waiting is None:
-            waiting = sorted(set(names) - set(seen))
-        taken, rest = (waiting, []) if self.max_files is None else (waiting[:self.max_files], waiting[self.max_files:])
-        self._backlog = len(rest)
-        if self.bounded:
-            if rest:
-                return {"files": sorted(seen + taken), "pending": rest}
-            self._exhausted()
-            return {"files": sorted(seen + taken), FLUSHED: True}
-        if not taken:
-            return start
-        return {"files": sorted(seen + taken)}
-
-    def reportLatestOffset(self) -> dict | None:
-        return None if self._backlog is None else backlog(self._backlog, "files")
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        seen = set(start["files"])
-        parts: list[InputPartition] = [
-            FilePartition(os.path.join(self.path, name)) for name in end["files"] if name not in seen
-        ]
-        if end.get(FLUSHED) and not start.get(FLUSHED):
-            parts.append(FilePartition(None))
-        return parts
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FilePartition)
-        if partition.path is None:
-            yield flush_batch(batch_schema(self.schema, self.dead_letters))
-            return
-        yield from READERS[self.format](self.options, self.schema, partition.path).read()
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-class FileDataSource(DataSource):
-    """Spark data source ``headrace_files``; options as produced by ``FileSource.options()``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "headrace_files"
-
-    def schema(self) -> str:
-        options = dict(self.options)
-        return spark_schema(_options_schema(options), options.get("format", "jsonl") != "parquet")
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return FileStreamReader(dict(self.options))
 
 
 @dataclass(frozen=True, init=False)
@@ -200,6 +76,7 @@ class FileSource(SourceConnector):
     reader: str
 
     guarantee = Guarantee.EXACTLY_ONCE
+    spark_data_source = "headrace.connectors.spark_readers.files:FileDataSource"
 
     def __init__(self, path: str, format: str = "jsonl", schema: Any = None, *, bounded: bool = False,
                  fail_fast: bool = False, csv_header: bool = True, max_files_per_batch: int | None = None,
@@ -272,9 +149,6 @@ class FileSource(SourceConnector):
         if not names:
             raise PlanError(f"{where}: no file to read a Parquet schema from; pass schema=")
         return parquet_schema(os.path.join(self.path, names[0]), where)
-
-    def data_source(self) -> type:
-        return FileDataSource
 
     def options(self) -> dict[str, str]:
         return {

@@ -17,7 +17,6 @@ from headrace.plan.nodes import Node, SourceNode, WindowAggregateNode
 from headrace.spark.batch_roots import branch_root, shared_root
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.lowerings import LOWERINGS
-from headrace.spark.plan_checks import check_plan
 from headrace.spark.specs import has_operators, output_mode, result_time_needed, spec_of, window_needs_processor
 from headrace.spark.stateless import good_rows, with_watermark
 from headrace.spark.watermarks import WatermarkPlacement
@@ -152,7 +151,7 @@ def source_scans(plan: Plan) -> Counter[str]:
 
 
 def compile_plan(plan: Plan, spark: SparkSession, run_dir: str) -> Compiled:
-    check_plan(plan)
+    """The plan's Spark query. The plan has passed ``check_plan`` (the runner checks it first)."""
     lowering = Lowering(plan, spark, run_dir)
     if has_operators(plan):  # the query runs to the shared root; operators and sinks run per batch
         root = shared_root(plan)
