@@ -17,6 +17,24 @@ import importlib
 from typing import Any
 
 
+def lazy_attributes(module: str, where: dict[str, str]) -> Any:
+    """A module's ``__getattr__`` (PEP 562) that imports each name of ``where`` on first use,
+    from its ``"module:attribute"``.
+
+    >>> getattr_ = lazy_attributes("m", {"dumps": "json:dumps"})
+    >>> getattr_("dumps")([1])
+    '[1]'
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        origin, _, attribute = where[name].partition(":")
+        return getattr(importlib.import_module(origin), attribute)
+
+    return __getattr__
+
+
 class LazyModule:
     """Stands for the module ``name`` and imports it when one of its names is first read;
     after that its names are found here directly. Pickled (for Spark's workers) as the module."""

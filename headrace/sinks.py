@@ -1,17 +1,28 @@
-"""Every sink connector, by name: ``hr.sinks.Console()``, ``hr.sinks.Postgres(...)``."""
+"""Every sink connector, by name: ``hr.sinks.Console()``, ``hr.sinks.Postgres(...)``.
 
-from headrace.connectors.console import Console
-from headrace.connectors.delta import Delta
-from headrace.connectors.failover import Failover
-from headrace.connectors.files_sink import FileSink as Files
-from headrace.connectors.kafka_sink import Kafka
-from headrace.connectors.mqtt import MqttSink as Mqtt
-from headrace.connectors.nats_jetstream import NatsSink as Nats
-from headrace.connectors.null_sink import Null
-from headrace.connectors.postgres import Postgres
-from headrace.connectors.rabbitmq_streams import RabbitMQSink as RabbitMQ
-from headrace.connectors.redis_sink import Redis
-from headrace.connectors.scripted import TestSink
+Each loads on first use, so a plan imports the connectors it names, not all of them with their
+client libraries; ``CONNECTORS`` is the one list (pipeline files read it too)."""
 
-__all__ = ["Console", "Delta", "Failover", "Files", "Kafka", "Mqtt", "Nats", "Null", "Postgres", "RabbitMQ", "Redis",
-           "TestSink"]
+from typing import TYPE_CHECKING
+
+from headrace.lazy_modules import lazy_attributes
+
+CONNECTORS = {
+    "Console": "headrace.connectors.console:Console",
+    "Delta": "headrace.connectors.delta:Delta",
+    "Failover": "headrace.connectors.failover:Failover",
+    "Files": "headrace.connectors.files_sink:FileSink",
+    "Kafka": "headrace.connectors.kafka_sink:Kafka",
+    "Mqtt": "headrace.connectors.mqtt:MqttSink",
+    "Nats": "headrace.connectors.nats_jetstream:NatsSink",
+    "Null": "headrace.connectors.null_sink:Null",
+    "Postgres": "headrace.connectors.postgres:Postgres",
+    "RabbitMQ": "headrace.connectors.rabbitmq_streams:RabbitMQSink",
+    "Redis": "headrace.connectors.redis_sink:Redis",
+    "TestSink": "headrace.connectors.scripted:TestSink",
+}
+__all__ = list(CONNECTORS)
+__getattr__ = lazy_attributes(__name__, CONNECTORS)
+
+if TYPE_CHECKING:  # the same names, for type checkers
+    pass

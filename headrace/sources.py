@@ -1,16 +1,27 @@
-"""Every source connector, by name: ``hr.sources.Generator(...)``, ``hr.sources.Files(...)``."""
+"""Every source connector, by name: ``hr.sources.Generator(...)``, ``hr.sources.Files(...)``.
 
-from headrace.connectors.delta import DeltaSource as Delta
-from headrace.connectors.files_source import FileSource as Files
-from headrace.connectors.generator import Generator, ysb_ads
-from headrace.connectors.kafka_source import Kafka
-from headrace.connectors.mqtt import Mqtt
-from headrace.connectors.nats_jetstream import Nats
-from headrace.connectors.postgres_cdc import PostgresChanges
-from headrace.connectors.rabbitmq_streams import RabbitMQ
-from headrace.connectors.redis_streams import Redis
-from headrace.connectors.scripted import TestSource
-from headrace.connectors.socket import Socket
+Each loads on first use, so a plan imports the connectors it names, not all of them with their
+client libraries; ``CONNECTORS`` is the one list (pipeline files read it too)."""
 
-__all__ = ["Delta", "Files", "Generator", "Kafka", "Mqtt", "Nats", "PostgresChanges", "RabbitMQ", "Redis", "Socket",
-           "TestSource", "ysb_ads"]
+from typing import TYPE_CHECKING
+
+from headrace.lazy_modules import lazy_attributes
+
+CONNECTORS = {
+    "Delta": "headrace.connectors.delta:DeltaSource",
+    "Files": "headrace.connectors.files_source:FileSource",
+    "Generator": "headrace.connectors.generator:Generator",
+    "Kafka": "headrace.connectors.kafka_source:Kafka",
+    "Mqtt": "headrace.connectors.mqtt:Mqtt",
+    "Nats": "headrace.connectors.nats_jetstream:Nats",
+    "PostgresChanges": "headrace.connectors.postgres_cdc:PostgresChanges",
+    "RabbitMQ": "headrace.connectors.rabbitmq_streams:RabbitMQ",
+    "Redis": "headrace.connectors.redis_streams:Redis",
+    "Socket": "headrace.connectors.socket:Socket",
+    "TestSource": "headrace.connectors.scripted:TestSource",
+}
+__all__ = [*CONNECTORS, "ysb_ads"]
+__getattr__ = lazy_attributes(__name__, {**CONNECTORS, "ysb_ads": "headrace.connectors.generator:ysb_ads"})
+
+if TYPE_CHECKING:  # the same names, for type checkers
+    from headrace.connectors.generator import ysb_ads
