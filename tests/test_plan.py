@@ -625,3 +625,27 @@ def test_explain_says_where_the_watermark_is_taken():
     line = next(x for x in q.explain().splitlines() if "lowered as: native Spark watermark" in x)
     assert "watermark taken on the way into 'key_by_2' (a Python step with event time declares it again" in line
     assert "above it" not in line
+
+
+BUILD_ONLY = """
+import sys
+import headrace as hr
+p = hr.Pipeline("no_spark")
+events = p.source("events", hr.sources.Files("/tmp/in", schema={"k": "string", "v": "long", "ts": "timestamp"}),
+                  event_time="ts", max_out_of_orderness="5s")
+clicks = p.source("clicks", hr.sources.Kafka("clicks", schema={"k": "string", "ts": "timestamp"}),
+                  event_time="ts", max_out_of_orderness="5s")
+words = p.source("words", hr.sources.Generator("words", limit=10))
+counts = events.filter(hr.col("v") > 0).key_by("k").window(hr.Tumbling("10s")).aggregate(n=hr.count())
+counts.sink("pg", hr.sinks.Postgres("counts"))
+clicks.key_by("k").window(hr.Session("30s")).count().sink("files", hr.sinks.Files("/tmp/out"))
+words.sink("out", hr.sinks.TestSink())
+p.validate()
+print(sorted(m for m in ("pyspark", "py4j") if m in sys.modules))
+"""
+
+
+def test_building_and_checking_a_plan_never_loads_pyspark():
+    done = subprocess.run([sys.executable, "-c", BUILD_ONLY], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
