@@ -188,8 +188,8 @@ def drive(setup: Setup, phases_file: str) -> int:
             out.write(json.dumps({"phase": phase, "t": time.time(), **extra}) + "\n")
 
     note("python")
+    from headrace.environment.session import get_session
     from headrace.runtime.runner import PipelineRun
-    from headrace.runtime.session import get_session
     from headrace.runtime.signals import stop_on_signals
 
     with stop_on_signals() as signals:

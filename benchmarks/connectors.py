@@ -745,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or (args.records is not None and args.records < 1):
         parser.error("--runs and --records must be positive")
     say: Print = lambda text: print(text, flush=True)  # noqa: E731
-    from headrace.runtime.session import get_session
+    from headrace.environment.session import get_session
 
     spark = get_session()
     say(f"Python sources against their systems' own clients: Spark {spark.version} {spark.sparkContext.master}, "

@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     config = replace(config, **overrides)
     if config.events < 1 or config.rows_per_batch < 1 or config.size < 1 or config.runs < 1:
         parser.error("--events, --rows-per-batch, --size and --runs must be positive")
-    from headrace.runtime.session import get_session
+    from headrace.environment.session import get_session
 
     run_benchmark(get_session(), config)
     return 0

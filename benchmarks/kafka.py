@@ -323,8 +323,8 @@ def main() -> int:
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="headrace-kafka-bench-")
     say: Print = lambda text: print(text, flush=True)  # noqa: E731
 
-    from headrace.runtime import jars
-    from headrace.runtime.session import get_session
+    from headrace.environment import jars
+    from headrace.environment.session import get_session
 
     spark = get_session(packages=[jars.KAFKA])
     try:

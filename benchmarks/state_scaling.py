@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             or config.batches < 1 or config.keys > config.events):
         parser.error("--sizes needs two or more positive sizes; --events, --keys and --batches must be positive, "
                      "--keys at most --events")
-    from headrace.runtime.session import get_session
+    from headrace.environment.session import get_session
 
     run_benchmark(get_session(), config, verbose=args.verbose)
     return 0

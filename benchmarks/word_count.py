@@ -60,8 +60,8 @@ from pyspark.sql import functions as F  # noqa: E402
 
 import headrace as hr  # noqa: E402
 from benchmarks.common import Print, fresh_dir, processing_seconds  # noqa: E402
+from headrace.environment.session import get_session  # noqa: E402
 from headrace.runtime.runner import PipelineRun  # noqa: E402
-from headrace.runtime.session import get_session  # noqa: E402
 
 VOCABULARY = [f"w{n:03d}" for n in range(1000)]
 FILES = 10

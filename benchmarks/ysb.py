@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     config = replace(config, **overrides)
     if args.only:
         config = replace(config, throughput=args.only == "throughput", latency=args.only == "latency")
-    from headrace.runtime.session import get_session
+    from headrace.environment.session import get_session
 
     run_benchmark(get_session(), config)
     return 0

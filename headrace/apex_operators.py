@@ -21,7 +21,7 @@ The life of an instance, once per streaming window (one micro-batch; its id is t
 ``begin_window(window_id)`` at the start of an application window, the handlers of each record
 in a fixed order, ``end_window()`` at the end of an application window (or of a bounded
 input), ``teardown()``. Everything in the instance's ``__dict__`` except the names in
-``transient`` is its state, saved after every window (headrace/runtime/operator_snapshots.py) and
+``transient`` is its state, saved after every window (headrace/environment/operator_snapshots.py) and
 restored before the next, so an instance is deployed afresh from its checkpoint each window:
 open connections in ``setup`` and close them in ``teardown``.
 """

@@ -172,11 +172,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
     """What a restart from the stored checkpoint would keep; 1 when it would be refused. No
     Spark, unless the state dir is on HDFS or S3 (read through Spark's JVM)."""
-    from headrace.runtime import storage
-    from headrace.runtime.checkpoints import has_batches, pipeline_root, read_plan
+    from headrace.environment import storage
+    from headrace.environment.checkpoints import has_batches, pipeline_root, read_plan
+    from headrace.environment.session import get_session, spark_log_file
     from headrace.runtime.compatibility import check_restart
     from headrace.runtime.runner import default_state_dir
-    from headrace.runtime.session import get_session, spark_log_file
     from headrace.spark.plan_checks import check_plan
 
     check_plan(pipeline.plan)

@@ -39,7 +39,11 @@ from headrace.schema import Schema
 from headrace.sink_step import SinkStep
 
 CONTROL_COLUMN = "_hr_ctl"
+# The names of the metrics a query observes (Spark's observe()), read back by the progress report.
 DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sent to its dead letters
+LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
+CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
+REPEAT_METRIC_PREFIX = "hr_repeat_"  # + source: rows Spark counted again, the query scanning it per branch
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
 # 9999-12-31: raises the watermark past every real window at the end of a bounded input.
 FLUSH_TIME_MS = 253_402_214_400_000
@@ -147,7 +151,7 @@ class SourceConnector:
         """Called on the driver before the query starts (write fixtures, check paths)."""
 
     def spark_packages(self) -> list[Any]:
-        """The Spark packages (``headrace.runtime.jars.Package``) this source needs."""
+        """The Spark packages (``headrace.environment.jars.Package``) this source needs."""
         return []
 
     def read_stream(self, spark: Any, context: SourceContext) -> Any:
@@ -194,7 +198,7 @@ class SinkConnector:
         """Called on the driver before the query starts."""
 
     def spark_packages(self) -> list[Any]:
-        """The Spark packages (``headrace.runtime.jars.Package``) this sink needs."""
+        """The Spark packages (``headrace.environment.jars.Package``) this sink needs."""
         return []
 
     def check_schema(self, schema: Any, step: SinkStep) -> None:  # noqa: B027 - optional hook

@@ -52,6 +52,14 @@ _RAISED_KINDS: dict[str, type[HeadraceError]] = {"StepFunctionError": StepFuncti
 _RAISED = re.compile(r"headrace\.errors\.(StepFunctionError|SourceError|SinkError): (.*)")
 
 
+WORKER_CRASHED = "Python worker exited unexpectedly"
+
+
+def python_worker_crashed(text: str) -> bool:
+    """Whether a Spark failure's text says a Python worker died under a task."""
+    return WORKER_CRASHED in text
+
+
 def raised_inside(text: str, only: tuple[str, ...] = ("StepFunctionError", "SourceError", "SinkError")
                   ) -> HeadraceError | None:
     r"""The first headrace error of a kind in ``only`` that a Spark failure's text carries

@@ -1,4 +1,5 @@
-"""Checks headrace's imports: no cycles between its modules, no private name from another module.
+"""Checks headrace's imports: none up the layers, no cycles between its modules, no private name
+from another module.
 
 Reads ``headrace/**/*.py`` with ``ast`` (nothing is imported) and counts every import of a
 headrace module, at module level, inside a function or under ``if TYPE_CHECKING:`` (an import
@@ -9,8 +10,11 @@ otherwise ``package`` itself.
 A private name is one with a leading underscore (not a dunder) imported from another module
 (``from headrace.x import _name``) or read off an imported module (``x._name``).
 
-Prints each cycle (the shortest through each import that closes one) and each private import;
-exits 1 if there is any.
+The layers, lowest first, are ``LAYERS`` (the README's "Where the code is" draws them): a
+module may import from its own layer and the ones before it, never from a later one.
+
+Prints each import up the layers, each cycle (the shortest through each import that closes one)
+and each private import; exits 1 if there is any.
 
     python scripts/check_imports.py
 """
@@ -24,6 +28,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "headrace"
+# (layer, the modules and packages in it), lowest first; "headrace" is the package's __init__ only.
+LAYERS = (
+    ("vocabulary", ("headrace.schema", "headrace.errors", "headrace.durations", "headrace.config", "headrace.expr",
+                    "headrace.code_locations", "headrace.lazy_modules", "headrace.json_kinds")),
+    ("public shapes", ("headrace.windows", "headrace.triggers", "headrace.state", "headrace.process",
+                       "headrace.aggregates", "headrace.groupings", "headrace.apex_operators", "headrace.sink_step")),
+    ("connector contract", ("headrace.contract",)),
+    ("plan", ("headrace.plan",)),
+    ("engine", ("headrace.engine", "headrace.storm")),
+    ("environment", ("headrace.environment",)),
+    ("connectors", ("headrace.connectors", "headrace.sources", "headrace.sinks")),
+    ("compiler", ("headrace.spark",)),
+    ("driver", ("headrace.runtime",)),
+    ("front doors", ("headrace.api", "headrace")),
+    ("top", ("headrace.cli", "headrace.demo", "headrace.scaffold", "headrace.testing")),
+)
+
+
+def layer_of(module: str) -> int:
+    """The place in ``LAYERS`` of ``module``."""
+    for place, (_, members) in enumerate(LAYERS):
+        if any(module == m or (m != PACKAGE and module.startswith(m + ".")) for m in members):
+            return place
+    raise SystemExit(f"{module} is in no layer: add it to LAYERS in scripts/check_imports.py")
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -133,6 +161,11 @@ def main() -> int:
     modules = module_names(ROOT)
     scanned = {name: ModuleImports(name, path, modules) for name, path in modules.items()}
     graph = {name: found.imports for name, found in scanned.items()}
+    upward = [(importer, line, imported) for importer, imports in sorted(graph.items())
+              for imported, line in sorted(imports.items()) if layer_of(imported) > layer_of(importer)]
+    for importer, line, imported in upward:
+        print(f"up: {importer} (line {line}, {LAYERS[layer_of(importer)][0]}) imports {imported} "
+              f"({LAYERS[layer_of(imported)][0]})")
     found_cycles = cycles(graph)
     for cycle in found_cycles:
         steps = [f"{module} (line {graph[module][cycle[(i + 1) % len(cycle)]]})" for i, module in enumerate(cycle)]
@@ -141,8 +174,9 @@ def main() -> int:
     for importer, line, source, name in private:
         print(f"private: {importer} (line {line}) uses {source}.{name}")
     in_cycles = sorted({module for cycle in found_cycles for module in cycle})
-    print(f"{len(found_cycles)} cycles through {len(in_cycles)} modules, {len(private)} private imports")
-    return 1 if found_cycles or private else 0
+    print(f"{len(upward)} imports up the layers, {len(found_cycles)} cycles through {len(in_cycles)} modules, "
+          f"{len(private)} private imports")
+    return 1 if upward or found_cycles or private else 0
 
 
 if __name__ == "__main__":

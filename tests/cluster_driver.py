@@ -106,7 +106,7 @@ def main() -> None:
     pipeline = PIPELINES[args["pipeline"]](args)
     result = hr.run(pipeline, state_dir=args["state_dir"], master=args["master"], progress="quiet",
                     until_exhausted=False, restart_backoff="1s")
-    from headrace.runtime.session import get_session
+    from headrace.environment.session import get_session
 
     report = {"result": {"batches": result.batches, "input_rows": result.input_rows, "restarts": result.restarts,
                          "stopped_by": result.stopped_by},

@@ -3,7 +3,7 @@ import os
 import pytest
 
 from headrace.connectors.base import redact_dsn
-from headrace.runtime.session import get_session
+from headrace.environment.session import get_session
 
 pytest_plugins = ["stall_watchdog"]  # a test that stalls prints its stacks and is run once more
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import headrace as hr
+from headrace.environment import admission
 from headrace.errors import PlanError
-from headrace.runtime import admission
 from headrace.runtime.progress import summarise
 from headrace.testing import TestSink
 

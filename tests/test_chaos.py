@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.runtime import jars
+from headrace.environment import jars
 
 ROOT = Path(__file__).resolve().parents[1]
 CLOSING = re.compile(r"chaos kills=(\d+) recovered=(\d+) median_recovery_s=[\d.]+ max_recovery_s=[\d.]+ "

@@ -297,7 +297,7 @@ def test_the_kafka_clients_log_shows_only_with_verbose():
 
 
 def test_the_jvms_stderr_keeps_a_users_traceback_and_drops_a_worker_cut_off_as_the_run_stops():
-    from headrace.runtime.session import pass_on_stderr
+    from headrace.environment.session import pass_on_stderr
 
     cut_off = [b"Traceback (most recent call last):\n",
                b'  File "/v/pyspark.zip/pyspark/daemon.py", line 262, in manager\n',

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 from conftest import PG_DSN, service_or_skip
 
-from headrace.runtime import jars
+from headrace.environment import jars
 from headrace.testing.kafka import read_topic
 
 kafka = pytest.importorskip("confluent_kafka")
@@ -374,7 +374,7 @@ def test_filtered_records_to_kafka_survive_a_lost_worker(broker: str, full_clust
 def test_spark_submit_settings_come_before_headrace_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under spark-submit (its settings faked here) its master and --conf values are kept; the jars and
     the executors' Java options are joined with headrace's; master= and HEADRACE_MASTER come first."""
-    from headrace.runtime import session
+    from headrace.environment import session
 
     monkeypatch.delenv("HEADRACE_MASTER", raising=False)
     monkeypatch.setattr(session.jars, "session_settings", lambda packages: {"spark.jars": "/h/kafka.jar"})

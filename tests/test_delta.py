@@ -15,8 +15,8 @@ import pytest
 from conftest import service_or_skip
 
 import headrace as hr
+from headrace.environment import jars
 from headrace.errors import PlanError, SetupError
-from headrace.runtime import jars
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource
 

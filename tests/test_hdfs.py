@@ -15,8 +15,8 @@ import pytest
 
 import headrace as hr
 from headrace.cli import main
-from headrace.runtime import storage
-from headrace.runtime.checkpoints import read_plan
+from headrace.environment import storage
+from headrace.environment.checkpoints import read_plan
 from headrace.runtime.rescale import rescale, state_partitions
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource

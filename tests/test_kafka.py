@@ -20,9 +20,9 @@ from conftest import service_or_skip
 
 import headrace as hr
 from headrace.connectors.kafka_sink import COMMITS_TOPIC, transactional_id
+from headrace.environment import jars
+from headrace.environment.checkpoints import query_id
 from headrace.errors import PlanError, SetupError
-from headrace.runtime import jars
-from headrace.runtime.checkpoints import query_id
 from headrace.runtime.progress import summarise
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink

@@ -22,7 +22,7 @@ import pytest
 from conftest import service_or_skip
 
 import headrace as hr
-from headrace.runtime import jars
+from headrace.environment import jars
 from headrace.runtime.runner import PipelineRun
 from headrace.testing.kafka import read_topic
 

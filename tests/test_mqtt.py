@@ -19,7 +19,8 @@ import pytest
 from conftest import service_or_skip
 
 import headrace as hr
-from headrace.connectors.mqtt import MqttStreamReader, probe
+from headrace.connectors.mqtt import probe
+from headrace.connectors.spark_readers.mqtt import MqttStreamReader
 from headrace.errors import PlanError, SinkError, SourceError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource

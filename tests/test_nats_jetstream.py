@@ -23,7 +23,8 @@ from conftest import service_or_skip
 from driver_process import KilledRun
 
 import headrace as hr
-from headrace.connectors.nats_jetstream import COMMITS_BUCKET, NatsStreamReader, commit_key
+from headrace.connectors.nats_jetstream import COMMITS_BUCKET, commit_key
+from headrace.connectors.spark_readers.nats_jetstream import NatsStreamReader
 from headrace.errors import PlanError, SinkError, SourceError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource

@@ -23,7 +23,8 @@ from driver_process import Driver, KilledRun
 
 import headrace as hr
 from headrace.connectors.base import SourceContext
-from headrace.connectors.postgres_cdc import ChangesReader, drop_slot, ensure_slot, lsn_int, wal_level_message
+from headrace.connectors.postgres_cdc import drop_slot, ensure_slot, lsn_int, wal_level_message
+from headrace.connectors.spark_readers.postgres_cdc import ChangesReader
 from headrace.errors import PlanError, SourceError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink

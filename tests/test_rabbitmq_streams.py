@@ -28,11 +28,11 @@ pytest.importorskip("rstream")
 
 from headrace.connectors.rabbitmq_streams import (  # noqa: E402 - after the skip
     BLOCK,
-    RabbitMQStreamReader,
-    _close,
-    _connect,
     publisher_reference,
+    rabbitmq_close,
+    rabbitmq_connect,
 )
+from headrace.connectors.spark_readers.rabbitmq_streams import RabbitMQStreamReader  # noqa: E402
 
 URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2f"
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ MADE: list[str] = []  # the streams the tests made
 
 async def _answers() -> bool:
     try:
-        await _close(await _connect(URL, "headrace-test"))
+        await rabbitmq_close(await rabbitmq_connect(URL, "headrace-test"))
         return True
     except Exception:  # noqa: BLE001
         return False
@@ -74,11 +74,11 @@ async def _delete(client: Any, streams: list[str]) -> None:
 
 
 async def _run(work: Callable[[Any], Any]) -> Any:
-    client = await _connect(URL, "headrace-test")
+    client = await rabbitmq_connect(URL, "headrace-test")
     try:
         return await work(client)
     finally:
-        await _close(client)
+        await rabbitmq_close(client)
 
 
 def new_stream() -> str:

@@ -20,7 +20,7 @@ from conftest import service_or_skip
 from driver_process import Driver, KilledRun
 
 import headrace as hr
-from headrace.connectors.redis_streams import RedisStreamReader
+from headrace.connectors.spark_readers.redis_streams import RedisStreamReader
 from headrace.errors import PlanError, SourceError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink

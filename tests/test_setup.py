@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from headrace.environment import session
 from headrace.errors import SetupError
-from headrace.runtime import session
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -37,7 +37,7 @@ from driver_process import KilledRun
 from sink_matrix_driver import PG_DSN, build, make_sink
 
 from headrace.connectors.files_sink import read_rows
-from headrace.runtime import jars
+from headrace.environment import jars
 from headrace.testing import TestSink
 
 DRIVER = Path(__file__).resolve().parent / "sink_matrix_driver.py"
@@ -118,14 +118,14 @@ def new_target(kind: str, tmp_path: Path) -> str:
     if kind == "nats":
         _nats(lambda js: js.add_stream(name=name, subjects=[f"{name}.>"]))
     if kind == "rabbitmq":
-        from headrace.connectors.rabbitmq_streams import _close, _connect
+        from headrace.connectors.rabbitmq_streams import rabbitmq_close, rabbitmq_connect
 
         async def create() -> None:
-            client = await _connect("rabbitmq-stream://guest:guest@127.0.0.1:5552/%2f", "headrace-test")
+            client = await rabbitmq_connect("rabbitmq-stream://guest:guest@127.0.0.1:5552/%2f", "headrace-test")
             try:
                 await client.create_stream(name)
             finally:
-                await _close(client)
+                await rabbitmq_close(client)
         asyncio.run(create())
     return name
 

@@ -16,7 +16,7 @@ import pytest
 
 import headrace as hr
 from headrace.cli import main
-from headrace.runtime.checkpoints import read_plan
+from headrace.environment.checkpoints import read_plan
 from headrace.runtime.compatibility import check_restart, compare, plan_record, record_plan
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource

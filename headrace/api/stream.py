@@ -16,6 +16,7 @@ from headrace.api.operator_dag import add_operator, add_stream
 from headrace.code_locations import function_label, user_location
 from headrace.contract import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
+from headrace.environment.admission import BatchDuration
 from headrace.errors import PlanError, step_error
 from headrace.expr import Expr, col
 from headrace.plan.graph import Plan
@@ -38,7 +39,6 @@ from headrace.plan.nodes import (
     WindowAggregateNode,
 )
 from headrace.process import KeyedProcessFunction, check_process_function
-from headrace.runtime.admission import BatchDuration
 from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, Schema, is_record_class, schema_of
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
@@ -59,7 +59,7 @@ class Pipeline:
     ``trigger="real-time"`` runs it in Spark's real-time mode (Kafka in, native steps, Kafka
     out: see ``explain()`` and docs/runtime.md); the default is ``"micro-batch"``.
     ``batch_duration="2s"`` sizes the micro-batches of headrace's Python sources to take about
-    that long (adaptive admission control, ``headrace/runtime/admission.py``).
+    that long (adaptive admission control, ``headrace/environment/admission.py``).
     """
 
     def __init__(self, name: str, *, guarantee: str | None = None, trigger: str = MICRO_BATCH,

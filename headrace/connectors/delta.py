@@ -1,7 +1,7 @@
 """Delta Lake: a table as a sink, exactly once per batch id, and as a streaming source.
 
 Both run on Delta's own Spark package (``io.delta:delta-spark``, the release built for the
-installed pyspark's Spark minor: ``headrace/runtime/jars.py``), which also sets the session's
+installed pyspark's Spark minor: ``headrace/environment/jars.py``), which also sets the session's
 SQL extension and catalog.
 
 **Sink.** Each micro-batch is one Delta commit carrying a transaction marker: the sink's
@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from headrace.contract import CONTROL_COLUMN, Guarantee, SinkConnector, SourceConnector, SourceContext
+from headrace.environment import jars
 from headrace.errors import PlanError, SinkError
-from headrace.runtime import jars
 from headrace.schema import Schema, schema_of, to_ddl
 from headrace.sink_step import SinkStep, step_name
 

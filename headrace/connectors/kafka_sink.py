@@ -36,8 +36,8 @@ from typing import Any
 
 from headrace.connectors.retry import Backoff, RetriesExhausted, retry, unreachable
 from headrace.contract import Guarantee, SinkConnector
+from headrace.environment import jars
 from headrace.errors import PlanError, SetupError, SinkError
-from headrace.runtime import jars
 from headrace.sink_step import SinkStep, step_name
 
 DEFAULT_SERVERS = "127.0.0.1:9092"

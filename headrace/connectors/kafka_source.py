@@ -15,7 +15,7 @@ as ``kafka_*`` columns, for example ``kafka_timestamp`` to use as event time.
 Lag: Spark commits no offsets to Kafka, so the progress reports carry the consumer lag,
 the latest offsets Spark saw minus the offsets the batch read (``lag``).
 
-The connector jar comes from ``headrace.runtime.jars`` (``spark.jars.packages`` or a local
+The connector jar comes from ``headrace.environment.jars`` (``spark.jars.packages`` or a local
 folder of fetched jars).
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 
 from headrace.connectors.avro_schema import avro_columns
 from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext
+from headrace.environment import jars
 from headrace.errors import PlanError
-from headrace.runtime import jars
 from headrace.schema import Schema, schema_of, to_ddl
 
 DEFAULT_SERVERS = "127.0.0.1:9092"

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import re
 import uuid
 from collections.abc import Iterator, Sequence
@@ -58,7 +57,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 
 from headrace.connectors import broker
 from headrace.connectors.base import redact_dsn
@@ -84,11 +82,11 @@ MIN_DUPLICATE_WINDOW_S = 120.0
 _BAD_TOKEN = re.compile(r"[\s.*>]")
 
 
-def _nats() -> Any:
+def nats_module() -> Any:
     return broker.client_library("nats", "the NATS connectors need", "nats", "nats-py>=2.6")
 
 
-async def _connect(url: str) -> Any:
+async def nats_connect(url: str) -> Any:
     """A connection that fails fast (one retry, no reconnects later) and logs nothing by itself; a
     failure names its cause."""
     errors: list[Exception] = []
@@ -98,17 +96,17 @@ async def _connect(url: str) -> Any:
 
     try:
         # nats-py retries forever with max_reconnect_attempts=0: 1 is one retry.
-        return await _nats().connect(url, connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False,
+        return await nats_module().connect(url, connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False,
                                      max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=keep)
     except Exception as exc:
-        raise Unreachable(_reason(errors[-1] if errors else exc)) from None
+        raise Unreachable(reason(errors[-1] if errors else exc)) from None
 
 
 class Unreachable(ConnectionError):
     """No connection to the server; the message is the cause."""
 
 
-def _reason(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
     text = str(exc).strip()
     if isinstance(exc, Unreachable):
         return text
@@ -139,7 +137,7 @@ def subject_matches(pattern: str, subject: str) -> bool:
     return len(got) == len(want)
 
 
-def _micros(moment: datetime) -> int:
+def micros(moment: datetime) -> int:
     return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // _ONE_US
 
 
@@ -186,7 +184,7 @@ class RangeReader:
 
     def _failed(self, doing: str, exc: BaseException) -> SourceError:
         return SourceError(f"source {self.source!r}: NATS at {redact_dsn(self.url)}: stream {self.stream!r}: "
-                           f"{doing}: {_reason(exc)}")
+                           f"{doing}: {reason(exc)}")
 
     async def open(self) -> None:
         if self.done:
@@ -194,7 +192,7 @@ class RangeReader:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         try:
-            self._nc = await _connect(self.url)
+            self._nc = await nats_connect(self.url)
         except Exception as exc:  # noqa: BLE001 - nats-py's errors, named in the message
             raise self._failed("cannot connect", exc) from None
         self._js = self._nc.jetstream(timeout=REQUEST_TIMEOUT_S)
@@ -213,7 +211,7 @@ class RangeReader:
         """The next messages of the range (possibly none), in sequence order."""
         if self.done:
             return []
-        nats = _nats()
+        nats = nats_module()
         want = max(1, min(FETCH_MESSAGES, self.upto - self.last))
         try:
             messages = await self._sub.fetch(want, timeout=REQUEST_TIMEOUT_S)
@@ -265,85 +263,26 @@ class RangeReader:
             pass
 
 
-# ----------------------------------------------------------------------------------------
-# Spark Python data source.
+def stream_state(url: str, source: str, stream: str) -> Any:
+    """The JetStream stream's state (first and last sequence); a SourceError names what failed."""
+    def failed(doing: str, exc: BaseException) -> SourceError:
+        return SourceError(f"source {source!r}: NATS at {redact_dsn(url)}: {doing}: {reason(exc)}")
 
-class SequenceRange(broker.PositionRange):
-    """The sequences of a stream after ``after`` up to ``upto`` (inclusive)."""
-
-
-class NatsStreamReader(broker.Reader):
-    default_name = "nats"
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.stream = options.get("stream", "")
-        self.subjects: tuple[str, ...] = tuple(json.loads(options.get("subjects", "[]")))
-        self.url = options.get("url", DEFAULT_URL)
-        self.start = options.get("start", "earliest")
-        self.partition_records = int(options.get("partition_records", PARTITION_RECORDS))
-        self._initial: dict[str, int] | None = None
-
-    def _failed(self, doing: str, exc: BaseException) -> SourceError:
-        return SourceError(f"source {self.source!r}: NATS at {redact_dsn(self.url)}: {doing}: {_reason(exc)}")
-
-    def _state(self) -> Any:
-        """The stream's state (first and last sequence)."""
-        async def state() -> Any:
-            try:
-                nc = await _connect(self.url)
-            except Exception as exc:  # noqa: BLE001
-                raise self._failed("cannot connect", exc) from None
-            try:
-                return (await nc.jetstream(timeout=REQUEST_TIMEOUT_S).stream_info(self.stream)).state
-            except _nats().js.errors.NotFoundError:
-                raise SourceError(f"source {self.source!r}: NATS at {redact_dsn(self.url)}: no JetStream stream "
-                                  f"named {self.stream!r}; create it first (e.g. nats stream add "
-                                  f"{self.stream})") from None
-            except Exception as exc:  # noqa: BLE001
-                raise self._failed(f"cannot read the stream {self.stream!r}", exc) from None
-            finally:
-                await nc.close()
-        return asyncio.run(state())
-
-    def initialOffset(self) -> dict:
-        # Spark calls this twice for a new query: "latest" must not move in between.
-        if self._initial is None:
-            state = self._state()
-            self._initial = {"seq": int(state.last_seq if self.start == "latest" else max(state.first_seq - 1, 0))}
-        return dict(self._initial)
-
-    def end_offset(self, start: dict, cap: int | None) -> dict:
-        state = self._state()
-        after = max(int(start["seq"]), int(state.first_seq) - 1)  # skip what the stream no longer has
-        end = int(state.last_seq) if cap is None else min(int(state.last_seq), after + cap)
-        return {"seq": max(end, int(start["seq"]))}
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        spans = broker.split_range(int(start["seq"]), int(end["seq"]), self.partition_records)
-        return [SequenceRange(after, upto) for after, upto in spans]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SequenceRange)
-        decoder = MessageDecoder(self.options, self.schema, self.stream)
-        reader = RangeReader(self.url, self.stream, self.subjects, partition.after, partition.upto, self.source)
-        loop = asyncio.new_event_loop()
+    async def state() -> Any:
         try:
-            loop.run_until_complete(reader.open())
-            while not reader.done:
-                messages = loop.run_until_complete(reader.next_chunk())
-                if messages:
-                    metas = [m.metadata for m in messages]
-                    yield from decoder.batches([m.data for m in messages], [m.subject for m in messages],
-                                               [meta.sequence.stream for meta in metas],
-                                               [_micros(meta.timestamp) for meta in metas])
+            nc = await nats_connect(url)
+        except Exception as exc:  # noqa: BLE001
+            raise failed("cannot connect", exc) from None
+        try:
+            return (await nc.jetstream(timeout=REQUEST_TIMEOUT_S).stream_info(stream)).state
+        except nats_module().js.errors.NotFoundError:
+            raise SourceError(f"source {source!r}: NATS at {redact_dsn(url)}: no JetStream stream named {stream!r}; "
+                              f"create it first (e.g. nats stream add {stream})") from None
+        except Exception as exc:  # noqa: BLE001
+            raise failed(f"cannot read the stream {stream!r}", exc) from None
         finally:
-            loop.run_until_complete(reader.close())
-            loop.close()
-
-
-class NatsDataSource(broker.DataSource, short_name="headrace_nats", reader=NatsStreamReader, metadata=METADATA):
-    """Spark data source ``headrace_nats``; options as produced by ``Nats.options()``."""
+            await nc.close()
+    return asyncio.run(state())
 
 
 def _check_url(where: str, url: str) -> None:
@@ -365,7 +304,8 @@ class Nats(broker.Source):
     messages are kept.
     """
 
-    spark_source = NatsDataSource
+    metadata = METADATA
+    spark_data_source = "headrace.connectors.spark_readers.nats_jetstream:NatsDataSource"
 
     stream: str
     data_schema: Schema
@@ -414,8 +354,8 @@ class Nats(broker.Source):
 
     def prepare(self, context: SourceContext) -> None:
         """Fail before Spark starts when the server cannot be reached or the stream does not exist."""
-        _nats()
-        NatsStreamReader({**self.options(), **context.options()})._state()
+        nats_module()
+        stream_state(self.url, context.source_name, self.stream)
 
 
 # ----------------------------------------------------------------------------------------
@@ -495,18 +435,18 @@ class NatsSink(broker.Sink):
                 f"exactly_once={self.exactly_once!r})")
 
     def _failed(self, doing: str, exc: BaseException) -> SinkError:
-        return SinkError(f"{self._where()}: NATS at {redact_dsn(self.url)}: {doing}: {_reason(exc)}")
+        return SinkError(f"{self._where()}: NATS at {redact_dsn(self.url)}: {doing}: {reason(exc)}")
 
     async def _session(self) -> tuple[Any, Any]:
         try:
-            nc = await _connect(self.url)
+            nc = await nats_connect(self.url)
         except Exception as exc:  # noqa: BLE001 - nats-py's errors, named in the message
             raise self._failed("cannot connect", exc) from None
         return nc, nc.jetstream(timeout=REQUEST_TIMEOUT_S)
 
     async def _commits(self, js: Any) -> Any:
         """The key-value bucket holding each sink's last committed batch id (created when missing)."""
-        errors = _nats().js.errors
+        errors = nats_module().js.errors
         try:
             return await js.key_value(COMMITS_BUCKET)
         except errors.BucketNotFoundError:
@@ -516,11 +456,11 @@ class NatsSink(broker.Sink):
 
     def prepare(self, run_dir: str) -> None:
         """Find the target stream, check its duplicate window, and make the commits bucket."""
-        _nats()
+        nats_module()
         self._target = asyncio.run(self._prepare())
 
     async def _prepare(self) -> str:
-        errors = _nats().js.errors
+        errors = nats_module().js.errors
         nc, js = await self._session()
         probe = f"{self.subject}.x" if self.key else self.subject
         try:
@@ -563,7 +503,7 @@ class NatsSink(broker.Sink):
         return asyncio.run(self._last_committed())
 
     async def _last_committed(self) -> int | None:
-        errors = _nats().js.errors
+        errors = nats_module().js.errors
         nc, js = await self._session()
         try:
             entry = await (await self._commits(js)).get(commit_key(self.name))

@@ -41,7 +41,6 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 
 from headrace.connectors import broker
 from headrace.connectors.base import redact_dsn
@@ -104,7 +103,7 @@ def wal_level_message(where: str, level: str, dsn: str) -> str:
             "restart the server")
 
 
-def _psycopg() -> Any:
+def psycopg_module() -> Any:
     try:
         import psycopg
     except ImportError:
@@ -116,8 +115,8 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _connect(dsn: str, where: str, autocommit: bool = True) -> Any:
-    psycopg = _psycopg()
+def postgres_connect(dsn: str, where: str, autocommit: bool = True) -> Any:
+    psycopg = psycopg_module()
     try:
         return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.Error as exc:
@@ -134,7 +133,7 @@ def _plugin_options(tables: Sequence[str]) -> list[str]:
             "actions", "insert,update,delete", "add-tables", ",".join(tables)]
 
 
-def _slot_error(where: str, slot: str, dsn: str, doing: str, exc: BaseException) -> SourceError:
+def slot_error(where: str, slot: str, dsn: str, doing: str, exc: BaseException) -> SourceError:
     text = _one_line(exc)
     if "wal_level" in text:
         return SourceError(wal_level_message(where, "not logical", dsn) + f" ({text})")
@@ -181,7 +180,7 @@ def slot_position(conn: Any, slot: str) -> tuple[str, str, str] | None:
 
 def ensure_slot(conn: Any, where: str, dsn: str, slot: str) -> str:
     """The confirmed LSN of ``slot``, created (with wal2json) when missing."""
-    psycopg = _psycopg()
+    psycopg = psycopg_module()
     found = slot_position(conn, slot)
     database = conn.execute("SELECT current_database()").fetchone()[0]
     if found is None:
@@ -200,7 +199,7 @@ def ensure_slot(conn: Any, where: str, dsn: str, slot: str) -> str:
                 raise SourceError(f"{where}: PostgreSQL at {redact_dsn(dsn)}: cannot create the replication slot "
                                   f"{slot!r}: {_one_line(exc)} (is the {PLUGIN} plugin installed? run "
                                   "scripts/postgres_logical.sh)") from None
-            raise _slot_error(where, slot, dsn, "cannot create", exc) from None
+            raise slot_error(where, slot, dsn, "cannot create", exc) from None
         finally:
             conn.execute("RESET statement_timeout")
         found = slot_position(conn, slot)
@@ -216,7 +215,7 @@ def ensure_slot(conn: Any, where: str, dsn: str, slot: str) -> str:
 def drop_slot(dsn: str, slot: str) -> bool:
     """Drop the replication slot ``slot`` of a retired pipeline, so that the server stops keeping WAL
     for it; True when there was one. (In SQL: ``SELECT pg_drop_replication_slot('<slot>')``.)"""
-    conn = _connect(dsn, f"drop_slot({slot!r})")
+    conn = postgres_connect(dsn, f"drop_slot({slot!r})")
     try:
         if slot_position(conn, slot) is None:
             return False
@@ -226,11 +225,11 @@ def drop_slot(dsn: str, slot: str) -> bool:
         conn.close()
 
 
-def _peek(conn: Any, slot: str, columns: str, upto_lsn: str | None, upto_rows: int | None,
+def postgres_peek(conn: Any, slot: str, columns: str, upto_lsn: str | None, upto_rows: int | None,
           tables: Sequence[str], cursor: Any = None) -> Any:
     """``pg_logical_slot_peek_changes`` (nothing consumed), waiting while another process holds the
     slot (a killed driver's server process, for a moment)."""
-    psycopg = _psycopg()
+    psycopg = psycopg_module()
     query = (f"SELECT {columns} FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, %s, "
              + ", ".join(["%s"] * len(_plugin_options(tables))) + ")")
     params = (slot, upto_lsn, upto_rows, *_plugin_options(tables))
@@ -355,198 +354,6 @@ class ChangeDecoder:
 
 
 # ----------------------------------------------------------------------------------------
-# Spark Python data source.
-
-class LsnRange(broker.PositionRange):
-    """The changes of the transactions committed in (after, upto]."""
-
-
-class ChangesReader(broker.Reader):
-    default_name = "changes"
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.tables: list[str] = json.loads(options.get("tables", "[]"))
-        self.dsn = options.get("dsn", DEFAULT_DSN)
-        self.slot = options.get("slot") or default_slot(self.source)
-        self.where = f"source {self.source!r}"
-        self._conn: Any = None
-
-    def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed:
-            self._conn = _connect(self.dsn, self.where)
-        return self._conn
-
-    def initialOffset(self) -> dict:
-        return {"lsn": ensure_slot(self._connection(), self.where, self.dsn, self.slot)}
-
-    def end_offset(self, start: dict, cap: int | None) -> dict:
-        after = lsn_int(start["lsn"])
-        end = self._plan_by_position(after) if cap is None else self._plan(after, cap)
-        return start if end is None else {"lsn": lsn_text(end)}
-
-    def _plan_by_position(self, after: int) -> int | None:
-        """Without a record cap, the next batch reads every transaction committed so far: its end is
-        the last commit position the slot has, found by a peek whose output holds only the
-        transactions' begin and commit rows (no table's changes), about 8 times cheaper than one
-        with the changes; so the changes are decoded once, by the batch. A short peek first checks
-        that a change of the chosen tables is pending."""
-        psycopg = _psycopg()
-        try:
-            probe = _peek(self._connection(), self.slot, "lsn::text, substr(data, 12, 1)", None, PROBE_ROWS,
-                          self.tables)
-            pending = _change_pending(probe, after) or len(probe) >= PROBE_ROWS
-            commits = _peek(self._connection(), self.slot, "lsn::text", None, None, NO_TABLES)
-        except psycopg.Error as exc:
-            raise _slot_error(self.where, self.slot, self.dsn, "cannot read", exc) from None
-        last = max((lsn_int(lsn) for (lsn,) in commits), default=after)
-        if last <= after:
-            return None
-        return last if pending or last - after >= IDLE_ADVANCE_BYTES else None  # pass other tables' WAL at times
-
-    def _plan(self, after: int, budget: int | None) -> int | None:
-        """The commit position up to which the next batch reads (at most ``budget`` changes, whole
-        transactions), or None when there is nothing to read: walks the slot's pending commits."""
-        psycopg = _psycopg()
-        cap = None if budget is None else 3 * budget + 1000  # output rows: changes plus begin and commit rows
-        while True:
-            try:
-                rows = _peek(self._connection(), self.slot, "lsn::text, substr(data, 12, 1)", None, cap,
-                             self.tables)
-            except psycopg.Error as exc:
-                raise _slot_error(self.where, self.slot, self.dsn, "cannot read", exc) from None
-            count = pending = 0
-            end = last = None
-            for lsn, action in rows:
-                if action in OPS:
-                    pending += 1
-                elif action == "C":
-                    position = lsn_int(lsn)
-                    if position <= after:
-                        pending = 0
-                        continue
-                    if budget is not None and count and count + pending > budget:
-                        return end
-                    count += pending
-                    pending = 0
-                    last = position
-                    if count:
-                        end = position
-                    if budget is not None and count >= budget:
-                        return end
-            if cap is None or len(rows) < cap:
-                if end is None and last is not None and last - after >= IDLE_ADVANCE_BYTES:
-                    return last  # an empty batch that lets the slot pass WAL of other tables
-                return end
-            cap *= 4
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        if lsn_int(end["lsn"]) <= lsn_int(start["lsn"]):
-            return []
-        return [LsnRange(start["lsn"], end["lsn"])]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LsnRange)
-        psycopg = _psycopg()
-        after, upto = lsn_int(partition.after), lsn_int(partition.upto)
-        conn = _connect(self.dsn, self.where, autocommit=False)
-        decoder = ChangeDecoder(self.schema)
-        try:
-            self._check_slot(conn, after)
-            taken: list[tuple[str, str]] = []  # the current transaction's changes: (data, lsn)
-            xid: int | None = None
-            commit_us: int | None = None
-            with conn.cursor(name="hr_changes") as cursor:
-                cursor.itersize = BATCH_ROWS
-                try:
-                    _peek(conn, self.slot, "lsn::text, data", partition.upto, None, self.tables, cursor)
-                    for lsn, data in cursor:
-                        head = data[11:12]
-                        if head == "B":
-                            taken, xid, commit_us = [], None, None
-                            try:
-                                begin = json.loads(data)
-                                xid, commit_us = begin.get("xid"), iso_us(begin["timestamp"])
-                            except (ValueError, KeyError, BadValue):
-                                pass  # each change carries them too
-                        elif head == "C":
-                            position = lsn_int(lsn)
-                            if after < position <= upto:
-                                for raw, change_lsn in taken:
-                                    decoder.add(raw, change_lsn, lsn, commit_us, xid)
-                                if len(decoder) >= BATCH_ROWS:
-                                    yield from decoder.batches()
-                            taken = []
-                        elif head != "M":  # a logical message: not captured
-                            taken.append((data, lsn))
-                except psycopg.Error as exc:
-                    raise _slot_error(self.where, self.slot, self.dsn, "cannot read", exc) from None
-            yield from decoder.batches()
-        finally:
-            conn.close()
-
-    def _check_slot(self, conn: Any, after: int) -> None:
-        """A batch starting at ``after`` finds the slot there or before it, or its changes are gone."""
-        found = slot_position(conn, self.slot)
-        conn.rollback()
-        if found is None:
-            raise SourceError(f"{self.where}: the replication slot {self.slot!r} is gone (dropped?), and with it "
-                              "the changes this pipeline had not read yet; start the pipeline afresh (fresh=True) "
-                              "to read from a new slot")
-        if lsn_int(found[2]) > after:
-            raise SourceError(f"{self.where}: the replication slot {self.slot!r} was advanced to {found[2]}, past "
-                              f"this batch's start {lsn_text(after)}, by something other than this pipeline (does "
-                              "another pipeline read the same slot? give each its own slot=): the changes in "
-                              "between are gone; start this pipeline afresh (fresh=True)")
-
-    def commit(self, end: dict) -> None:
-        """Spark committed the batches up to ``end``: let the slot pass them."""
-        psycopg = _psycopg()
-        try:
-            conn = self._connection()
-            found = slot_position(conn, self.slot)
-            if found is not None and lsn_int(found[2]) < lsn_int(end["lsn"]):
-                _advance(conn, self.slot, end["lsn"])
-        except psycopg.Error as exc:
-            raise _slot_error(self.where, self.slot, self.dsn, "cannot advance", exc) from None
-
-    def stop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-
-
-def _change_pending(rows: Sequence[tuple[str, str]], after: int) -> bool:
-    """Whether peeked ``(lsn, action)`` rows hold a change that commits after ``after``."""
-    pending = False
-    for lsn, action in rows:
-        if action in OPS:
-            pending = True
-        elif action == "C":
-            if pending and lsn_int(lsn) > after:
-                return True
-            pending = False
-    return False
-
-
-def _advance(conn: Any, slot: str, lsn: str) -> None:
-    psycopg = _psycopg()
-    deadline = time.monotonic() + SLOT_BUSY_WAIT_S
-    while True:
-        try:
-            conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, lsn))
-            return
-        except psycopg.errors.ObjectInUse:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
-class PostgresChangesDataSource(broker.DataSource, short_name="headrace_postgres_changes", reader=ChangesReader,
-                                metadata=METADATA):
-    """Spark data source ``headrace_postgres_changes``; options as produced by ``PostgresChanges.options()``."""
-
-
-# ----------------------------------------------------------------------------------------
 # The connector.
 
 def _tables(tables: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -586,7 +393,8 @@ class PostgresChanges(broker.Source):
     (None: all there are). Exactly-once while the slot lives; see the module's docstring.
     """
 
-    spark_source = PostgresChangesDataSource
+    metadata = METADATA
+    spark_data_source = "headrace.connectors.spark_readers.postgres_cdc:PostgresChangesDataSource"
 
     tables: tuple[str, ...]
     data_schema: Schema
@@ -643,7 +451,7 @@ class PostgresChanges(broker.Source):
     def prepare(self, context: SourceContext) -> None:
         """Before Spark starts: the server decodes logically, the tables are there, the slot exists."""
         where = f"source {context.source_name!r}"
-        conn = _connect(self.dsn, where)
+        conn = postgres_connect(self.dsn, where)
         try:
             check_server(conn, where, self.dsn)
             check_tables(conn, where, self.dsn, self.tables)

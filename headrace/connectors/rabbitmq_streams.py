@@ -56,7 +56,6 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import InputPartition
 
 from headrace.connectors import broker
 from headrace.connectors.base import redact_dsn
@@ -64,7 +63,6 @@ from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches, text
 from headrace.contract import Guarantee, SourceContext
 from headrace.errors import PlanError, SinkError, SourceError
-from headrace.runtime.admission import backlog
 from headrace.schema import Schema, to_ddl
 from headrace.sink_step import SinkStep, step_name
 
@@ -86,7 +84,7 @@ BLOCK = 2 ** 20  # publishing ids per batch
 FRAME_BYTES = 512 * 1024  # payload bytes per publish frame (the client's frame_max is 1 MiB)
 
 
-def _rstream() -> Any:
+def rstream_module() -> Any:
     return broker.client_library("rstream", "RabbitMQ Streams need", "rabbitmq", "rstream>=1.1")
 
 
@@ -123,12 +121,12 @@ def _check_url(where: str, url: Any) -> None:
         raise PlanError(f"{where}: url {redact_dsn(url)!r} is not a valid URL: {exc}") from None
 
 
-def _reason(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
 
 
-async def _connect(url: str, name: str) -> Any:
+async def rabbitmq_connect(url: str, name: str) -> Any:
     """A started, authenticated stream-protocol client."""
     from rstream.client import Addr, ClientPool
 
@@ -139,14 +137,14 @@ async def _connect(url: str, name: str) -> Any:
                                   CONNECT_TIMEOUT_S)
 
 
-async def _close(client: Any) -> None:
+async def rabbitmq_close(client: Any) -> None:
     try:
         await asyncio.wait_for(client.close(), 10)
     except Exception:  # noqa: BLE001 - closing must not fail
         pass
 
 
-class _Loop:
+class Loop:
     """A private event loop with one client on it, made again when its connection drops."""
 
     def __init__(self, url: str, name: str) -> None:
@@ -161,24 +159,24 @@ class _Loop:
 
     async def _run(self, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
         if self.client is None or not self.client.is_connection_alive():
-            self.client = await _connect(self.url, self.name)
+            self.client = await rabbitmq_connect(self.url, self.name)
         try:
             return await work(self.client)
         except BaseException:
             client, self.client = self.client, None
-            await _close(client)
+            await rabbitmq_close(client)
             raise
 
     def close(self) -> None:
         if self.loop is None:
             return
         if self.client is not None:
-            self.loop.run_until_complete(_close(self.client))
+            self.loop.run_until_complete(rabbitmq_close(self.client))
         self.loop.close()
         self.loop, self.client = None, None
 
 
-class _Subscription:
+class Subscription:
     """One subscription's Deliver frames, in a queue of their own."""
 
     def __init__(self, client: Any, subscription_id: int) -> None:
@@ -215,7 +213,7 @@ async def last_chunk(client: Any, stream: str, wait_s: float = LAST_CHUNK_WAIT_S
     empty (no chunk within ``wait_s``)."""
     from rstream.constants import OffsetType
 
-    subscription = _Subscription(client, 1)
+    subscription = Subscription(client, 1)
     await subscription.start(stream, OffsetType.LAST, None)
     try:
         frame = await subscription.next_chunk(wait_s)
@@ -296,7 +294,7 @@ class MessageDecoder:
                 try:
                     bodies[row] = payload(messages[row])
                 except Exception as exc:  # noqa: BLE001 - the AMQP decoder's errors, named in the record
-                    dead[row] = (text(messages[row]), f"invalid AMQP 1.0 message ({_reason(exc)})")
+                    dead[row] = (text(messages[row]), f"invalid AMQP 1.0 message ({reason(exc)})")
                     bodies[row] = b"{}"
         columns = self.payloads.columns(bodies, dead)
         metadata = [pa.array(offsets, pa.int64()),
@@ -304,128 +302,8 @@ class MessageDecoder:
         yield from record_batches(self.arrow, columns, metadata, dead, Positions(self.stream, offsets))
 
 
-# ----------------------------------------------------------------------------------------
-# Spark Python data source.
-
-class OffsetRange(broker.PositionRange):
-    """The stream's offsets after ``after`` up to ``upto`` (inclusive)."""
-
-
-def _source_failed(source: str, url: str, doing: str, exc: BaseException) -> SourceError:
-    return SourceError(f"source {source!r}: RabbitMQ at {redact_dsn(url)}: {doing}: {_reason(exc)}")
-
-
-class RabbitMQStreamReader(broker.Reader):
-    default_name = "rabbitmq"
-    adaptive = True
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.stream = options.get("stream", "")
-        self.url = options.get("url", DEFAULT_URL)
-        self.start = options.get("start", "first")
-        self.partition_records = int(options.get("partition_records", PARTITION_RECORDS))
-        self._driver: _Loop | None = None
-        self._initial: dict | None = None
-        self._backlog: int | None = None
-
-    def _last_chunk(self) -> tuple[int, int] | None:
-        if self._driver is None:
-            _rstream()
-            self._driver = _Loop(self.url, f"headrace-{self.source}")
-        try:
-            return self._driver.run(lambda client: last_chunk(client, self.stream))
-        except Exception as exc:  # noqa: BLE001 - rstream's errors, named in the message
-            raise _source_failed(self.source, self.url, f"cannot read the stream {self.stream!r}", exc) from None
-
-    def initialOffset(self) -> dict:
-        # Spark calls this twice for a new query: "last" and "next" must not move in between.
-        if self._initial is None:
-            offset = -1
-            if self.start != "first":
-                found = self._last_chunk()
-                if found is not None:
-                    offset = found[0] - 1 if self.start == "last" else found[1]
-            self._initial = {"offset": offset}
-        return dict(self._initial)
-
-    def end_offset(self, start: dict, cap: int | None) -> dict:
-        first = int(start.get("offset", -1))
-        found = self._last_chunk()
-        if found is None or found[1] <= first:
-            self._backlog = 0
-            return start
-        end = found[1] if cap is None else min(found[1], first + cap)
-        self._backlog = found[1] - end
-        return {"offset": end}
-
-    def reportLatestOffset(self) -> dict | None:
-        return None if self._backlog is None else backlog(self._backlog)
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        spans = broker.split_range(int(start.get("offset", -1)), int(end.get("offset", -1)), self.partition_records)
-        return [OffsetRange(after, upto) for after, upto in spans]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        _rstream()
-        loop = asyncio.new_event_loop()
-        decoder = MessageDecoder(self.options, self.schema, self.stream)
-        try:
-            client = loop.run_until_complete(self._run(_connect(self.url, f"headrace-{self.source}-reader"),
-                                                       "cannot connect"))
-            try:
-                subscription = _Subscription(client, 1)
-                from rstream.constants import OffsetType
-
-                loop.run_until_complete(self._run(subscription.start(self.stream, OffsetType.OFFSET,
-                                                                     partition.after + 1),
-                                                  f"cannot subscribe to the stream {self.stream!r}"))
-                messages: list[bytes] = []
-                offsets: list[int] = []
-                times: list[int] = []
-                last = partition.after
-                while last < partition.upto:
-                    frame = loop.run_until_complete(self._next(subscription, partition))
-                    first, chunk = int(frame.chunk_first_offset), frame.get_messages()
-                    keep = range(max(0, partition.after + 1 - first), min(len(chunk), partition.upto + 1 - first))
-                    if keep:  # the chunk's messages within the partition's offsets, whole slices at once
-                        messages.extend(chunk[keep.start:keep.stop])
-                        offsets.extend(range(first + keep.start, first + keep.stop))
-                        times.extend([int(frame.timestamp)] * len(keep))
-                    last = max(last, first + len(chunk) - 1)
-                    if len(messages) >= ROWS_PER_BATCH or last >= partition.upto:
-                        yield from decoder.batches(messages, offsets, times)
-                        messages, offsets, times = [], [], []
-                loop.run_until_complete(subscription.stop())
-            finally:
-                loop.run_until_complete(_close(client))
-        finally:
-            loop.close()
-
-    async def _run(self, work: Coroutine[Any, Any, T], doing: str) -> T:
-        try:
-            return await work
-        except Exception as exc:  # noqa: BLE001
-            raise _source_failed(self.source, self.url, doing, exc) from None
-
-    async def _next(self, subscription: _Subscription, partition: OffsetRange) -> Any:
-        try:
-            return await subscription.next_chunk(READ_IDLE_S)
-        except TimeoutError:
-            raise SourceError(f"source {self.source!r}: RabbitMQ at {redact_dsn(self.url)}: the stream "
-                              f"{self.stream!r} sent nothing for {READ_IDLE_S:g} s while offsets "
-                              f"{partition.after + 1}..{partition.upto} were read (removed by retention?)") from None
-
-    def stop(self) -> None:
-        if self._driver is not None:
-            self._driver.close()
-            self._driver = None
-
-
-class RabbitMQDataSource(broker.DataSource, short_name="headrace_rabbitmq", reader=RabbitMQStreamReader,
-                         metadata=METADATA):
-    """Spark data source ``headrace_rabbitmq``; options as produced by ``RabbitMQ.options()``."""
+def source_failed(source: str, url: str, doing: str, exc: BaseException) -> SourceError:
+    return SourceError(f"source {source!r}: RabbitMQ at {redact_dsn(url)}: {doing}: {reason(exc)}")
 
 
 def _check_stream(where: str, stream: Any) -> str:
@@ -450,7 +328,8 @@ class RabbitMQ(broker.Source):
     are kept (see the module's docstring).
     """
 
-    spark_source = RabbitMQDataSource
+    metadata = METADATA
+    spark_data_source = "headrace.connectors.spark_readers.rabbitmq_streams:RabbitMQDataSource"
 
     stream: str
     data_schema: Schema
@@ -486,20 +365,20 @@ class RabbitMQ(broker.Source):
 
     def prepare(self, context: SourceContext) -> None:
         """Fail before Spark starts when the broker cannot be reached or the stream is missing."""
-        _rstream()
+        rstream_module()
         asyncio.run(self._check(context.source_name))
 
     async def _check(self, source: str) -> None:
         try:
-            client = await _connect(self.url, f"headrace-{source}")
+            client = await rabbitmq_connect(self.url, f"headrace-{source}")
         except Exception as exc:  # noqa: BLE001
-            raise _source_failed(source, self.url, "cannot connect", exc) from None
+            raise source_failed(source, self.url, "cannot connect", exc) from None
         try:
             exists = await client.stream_exists(self.stream)
         except Exception as exc:  # noqa: BLE001
-            raise _source_failed(source, self.url, f"cannot look up the stream {self.stream!r}", exc) from None
+            raise source_failed(source, self.url, f"cannot look up the stream {self.stream!r}", exc) from None
         finally:
-            await _close(client)
+            await rabbitmq_close(client)
         if not exists:
             raise SourceError(f"source {source!r}: RabbitMQ at {redact_dsn(self.url)}: no stream named "
                               f"{self.stream!r}; create it first (rabbitmq-streams add_stream {self.stream})")
@@ -573,14 +452,14 @@ class RabbitMQSink(broker.Sink):
 
     def _run(self, doing: str, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
         if self._connection is None:
-            _rstream()
-            self._connection = _Loop(self.url, "headrace-sink")
+            rstream_module()
+            self._connection = Loop(self.url, "headrace-sink")
         try:
             return self._connection.run(work)
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - rstream's errors, named in the message
-            raise SinkError(f"{self._where()}: RabbitMQ at {redact_dsn(self.url)}: {doing}: {_reason(exc)}") from None
+            raise SinkError(f"{self._where()}: RabbitMQ at {redact_dsn(self.url)}: {doing}: {reason(exc)}") from None
 
     def prepare(self, run_dir: str) -> None:
         """Fail before the query starts when the broker cannot be reached or the stream is missing."""

@@ -50,8 +50,8 @@ from headrace.contract import (
     SourceContext,
     flush_rows,
 )
+from headrace.environment.admission import adaptive_cap, combined_cap
 from headrace.errors import PlanError, SourceError
-from headrace.runtime.admission import adaptive_cap, combined_cap
 from headrace.schema import Schema, arrow_schema, schema_of, to_ddl
 from headrace.storm import (
     COLLECTOR_ATTRIBUTE,

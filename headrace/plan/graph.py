@@ -24,7 +24,7 @@ class Plan:
         self.name = name
         self.requested_guarantee = guarantee
         self.trigger = trigger  # "micro-batch" or "real-time" (headrace/spark/real_time.py)
-        self.batch_duration: Any = None  # adaptive admission's target (headrace/runtime/admission.py)
+        self.batch_duration: Any = None  # adaptive admission's target (headrace/environment/admission.py)
         self.nodes: dict[str, Node] = {}
 
     def add(self, node: Node) -> Node:
@@ -78,7 +78,7 @@ class Plan:
         return [n for n in self.nodes.values() if isinstance(n, SinkNode)]
 
     def spark_packages(self) -> list[Any]:
-        """The Spark packages (``headrace.runtime.jars.Package``) the connectors need."""
+        """The Spark packages (``headrace.environment.jars.Package``) the connectors need."""
         nodes: list[Any] = [*self.sources(), *self.sinks()]
         return [package for node in nodes for package in node.connector.spark_packages()]
 

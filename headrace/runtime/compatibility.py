@@ -46,10 +46,10 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from headrace.environment.checkpoints import has_batches, read_plan, write_plan
 from headrace.errors import IncompatibleCheckpoint
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import LateRecordsNode, SinkNode, SourceNode, WindowAggregateNode
-from headrace.runtime.checkpoints import has_batches, read_plan, write_plan
 from headrace.spark.specs import native_sink_format, spec_of, spec_of_json, window_needs_processor
 from headrace.spark.stages import earlier_stateful
 from headrace.spark.state_changes import Change, StateDiff, differences

@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from headrace.connectors.retry import UNREACHABLE
-from headrace.errors import HeadraceError, PipelineFailed, SinkError, SourceError, raised_inside
+from headrace.errors import HeadraceError, PipelineFailed, SinkError, SourceError, python_worker_crashed, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node
 
-WORKER_CRASHED = "Python worker exited unexpectedly"
 SOURCE_RUNNER = "PythonStreamingSourceRunner"
 _RUNNER_LOST = re.compile(r"java\.io\.EOFException|java\.net\.Socket\w*Exception|exited unexpectedly")
 _CONNECTION_LOST = re.compile(
@@ -70,11 +69,6 @@ class Failure:
         error = type(self.error)(f"{self.error} (not restarted again: the restart policy allows {policy})")
         error.trace = self.error.trace
         return error
-
-
-def python_worker_crashed(text: str) -> bool:
-    """Whether a Spark failure's text says a Python worker died under a task."""
-    return WORKER_CRASHED in text
 
 
 def classify(plan: Plan, exc: BaseException, java: Any = None) -> Failure:

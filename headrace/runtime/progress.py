@@ -19,11 +19,13 @@ import json
 import sys
 from typing import Any, TextIO
 
-from headrace.contract import DEAD_LETTER_METRIC_PREFIX, flush_rows
-
-LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
-CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
-REPEAT_METRIC_PREFIX = "hr_repeat_"  # + source: rows Spark counted again, the query scanning it per branch
+from headrace.contract import (
+    CONTROL_METRIC_PREFIX,
+    DEAD_LETTER_METRIC_PREFIX,
+    LATE_METRIC_PREFIX,
+    REPEAT_METRIC_PREFIX,
+    flush_rows,
+)
 
 TOTALS = ("input_rows", "dead_letters", "late_rows_dropped")
 
@@ -56,7 +58,7 @@ def _partition_offsets(offset: Any) -> dict[tuple[str, str], int] | None:
 
 def lag(source: dict[str, Any]) -> tuple[int, str] | None:
     """What a source had beyond what the batch read, when Spark planned it, and its unit: a
-    Python source's reported backlog (``headrace/runtime/admission.py``), or a partitioned
+    Python source's reported backlog (``headrace/environment/admission.py``), or a partitioned
     source's (Kafka's) latest offsets minus the batch's end offsets. None when unknown.
 
     >>> lag({"latestOffset": '{"backlog": 3, "unit": "files"}'})

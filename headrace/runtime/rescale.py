@@ -15,17 +15,17 @@ import os
 import shutil
 from typing import Any
 
+from headrace.environment import storage
+from headrace.environment.checkpoints import has_batches
+from headrace.environment.session import get_session
 from headrace.errors import HeadraceError
-from headrace.runtime import storage
-from headrace.runtime.checkpoints import has_batches
 from headrace.runtime.runner import PipelineRun
-from headrace.runtime.session import get_session
 
 
 def state_partitions(checkpoint: str) -> int | None:
     """The number of state partitions of a checkpoint's latest batch (Spark records it in the
     batch's offset-log entry), or None before the first batch. The checkpoint may be on HDFS
-    or S3 (``headrace/runtime/storage.py``)."""
+    or S3 (``headrace/environment/storage.py``)."""
     offsets = storage.join(checkpoint, "offsets")
     try:
         batches = sorted((int(name) for name in storage.list_names(offsets) if name.isdigit()), reverse=True)

@@ -23,15 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from headrace import config
+from headrace.environment import checkpoints, storage
+from headrace.environment.admission import ADMISSION_FILE, AdmissionControl
+from headrace.environment.checkpoints import pipeline_root, query_id, read_query_id
+from headrace.environment.session import get_session, spark_log_file
 from headrace.errors import HeadraceError
-from headrace.runtime import checkpoints, events, storage
-from headrace.runtime.admission import ADMISSION_FILE, AdmissionControl
-from headrace.runtime.checkpoints import pipeline_root, query_id, read_query_id
+from headrace.runtime import events
 from headrace.runtime.compatibility import record_plan, verify_restart
 from headrace.runtime.failures import classify
-from headrace.runtime.progress import BatchLog, ProgressDisplay
+from headrace.runtime.progress import BatchLog, ProgressDisplay, summarise
 from headrace.runtime.restarts import RestartPolicy
-from headrace.runtime.session import get_session, spark_log_file
 from headrace.runtime.signals import stop_on_signals
 from headrace.spark.compiler import compile_plan
 from headrace.spark.plan_checks import check_plan
@@ -128,7 +129,7 @@ class PipelineRun:
             self.admission = AdmissionControl(self.plan.batch_duration, self.run_dir)
         self._query_id = self._query_id or query_id(self.checkpoint)
         self._inbox = events.follow(self._spark, self._query_id,
-                                    self.admission.observe if self.admission is not None else None)
+                                    self._admit if self.admission is not None else None)
         try:
             self._start_query()
         except BaseException:
@@ -149,6 +150,13 @@ class PipelineRun:
         verify_restart(self.plan, self.root)
         self._query_id = query_id(self.checkpoint)
         self.run_dir = checkpoints.run_dir(self.root, self.plan.name, self._query_id)
+
+    def _admit(self, progress: dict[str, Any]) -> None:
+        """Spark's progress report of a batch, as it arrives (``headrace/runtime/events.py``): the
+        next batch's cap under adaptive admission."""
+        assert self.admission is not None
+        figures = summarise(progress)
+        self.admission.batch_done(figures["input_rows"], figures["batch_ms"])
 
     def _start_query(self) -> None:
         """Compile the plan and start its query, unless a stop was asked meanwhile (no batch has

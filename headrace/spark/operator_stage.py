@@ -9,7 +9,7 @@ streaming window's id. Per operator and micro-batch:
 2. ``groupBy(instance).applyInArrow``: each instance runs the window on its rows, ordered by
    stream and position (headrace/engine/instances.py), from the state of the previous window;
 3. the result is cached; the instances' state rows are collected (one per instance) and saved
-   as the window's version (headrace/runtime/operator_snapshots.py) before any sink writes.
+   as the window's version (headrace/environment/operator_snapshots.py) before any sink writes.
 
 A replayed batch starts again from the previous window's state, so it emits the same rows.
 """
@@ -28,12 +28,12 @@ from pyspark.sql import functions as F
 from headrace.code_locations import ship_class_by_value
 from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
 from headrace.engine.instances import FAILED_EDGE, HEARTBEAT_EDGE, STATE_EDGE, Route, WindowSpec, dumps, run_chain
+from headrace.environment import storage
+from headrace.environment.operator_snapshots import OperatorStateStore
 from headrace.errors import StepFunctionError, raised_inside
 from headrace.groupings import Global
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Edge, OperatorNode, PortNode
-from headrace.runtime import storage
-from headrace.runtime.operator_snapshots import OperatorStateStore
 from headrace.schema import arrow_schema, to_ddl
 from headrace.spark.clocks import uses_test_clock
 

@@ -19,7 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from headrace.code_locations import function_label
 from headrace.connectors.base import count_dead_letters
-from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS, SourceContext
+from headrace.contract import CONTROL_COLUMN, CONTROL_METRIC_PREFIX, DEAD_COLUMNS, REPEAT_METRIC_PREFIX, SourceContext
 from headrace.plan.nodes import (
     RESULT_TIME,
     DeadLettersNode,
@@ -33,7 +33,6 @@ from headrace.plan.nodes import (
     TableNode,
     UnionNode,
 )
-from headrace.runtime.progress import CONTROL_METRIC_PREFIX, REPEAT_METRIC_PREFIX
 from headrace.schema import arrow_schema, to_ddl, type_name_of_arrow
 from headrace.sink_step import SinkStep
 from headrace.spark.expressions import to_column

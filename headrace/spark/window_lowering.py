@@ -23,14 +23,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.aggregates import result_type
-from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, LATE_METRIC_PREFIX
 from headrace.engine.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
 from headrace.engine.window_panes import Dropped, Fired, WindowLogic, WindowState
 from headrace.errors import StepFunctionError
 from headrace.lazy_modules import LazyModule
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import RESULT_TIME, LateRecordsNode, WindowAggregateNode
-from headrace.runtime.progress import LATE_METRIC_PREFIX
 from headrace.schema import TYPE_ALIASES
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.expressions import aggregate_columns

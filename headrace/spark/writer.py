@@ -21,11 +21,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from headrace.connectors.base import run_batch
-from headrace.errors import SinkError, describe, raised_inside
+from headrace.environment.checkpoints import query_id
+from headrace.errors import SinkError, describe, python_worker_crashed, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
-from headrace.runtime.checkpoints import query_id
-from headrace.runtime.failures import python_worker_crashed
 from headrace.spark import real_time, stages
 from headrace.spark.batch_roots import shared_root
 from headrace.spark.compiler import Compiled, Lowering, query_roots

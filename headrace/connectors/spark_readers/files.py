@@ -16,8 +16,8 @@ from headrace.connectors.file_formats import READERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.files_source import list_files
 from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, FLUSHED
+from headrace.environment.admission import backlog
 from headrace.errors import SourceError
-from headrace.runtime.admission import backlog
 from headrace.schema import Schema, schema_of
 
 

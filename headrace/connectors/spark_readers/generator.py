@@ -21,7 +21,7 @@ from headrace.connectors.generator import (
     generate,
 )
 from headrace.contract import CONTROL_COLUMN, FLUSHED
-from headrace.runtime.admission import adaptive_cap, backlog, combined_cap
+from headrace.environment.admission import adaptive_cap, backlog, combined_cap
 from headrace.schema import to_ddl
 
 

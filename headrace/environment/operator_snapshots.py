@@ -13,7 +13,7 @@ import base64
 import json
 from urllib.parse import quote
 
-from headrace.runtime import storage
+from headrace.environment import storage
 
 KEEP = 3
 SUFFIX = ".json"

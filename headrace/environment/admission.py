@@ -107,13 +107,6 @@ class AdmissionControl:
         self.cap = FIRST_RECORDS
         self._write()
 
-    def observe(self, progress: dict[str, Any]) -> None:
-        """Spark's progress report of a batch, as it arrives (``headrace/runtime/events.py``)."""
-        from headrace.runtime.progress import summarise
-
-        figures = summarise(progress)
-        self.batch_done(figures["input_rows"], figures["batch_ms"])
-
     def batch_done(self, rows: int, batch_ms: int | None) -> None:
         updated = self.duration.next_cap(self.cap, rows, batch_ms or 0)
         if updated != self.cap:

@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from headrace.environment.state_paths import is_remote, join, local_path, scheme  # noqa: F401  (storage.join, ... too)
 from headrace.errors import SetupError
-from headrace.runtime.state_paths import is_remote, join, local_path, scheme  # noqa: F401  (storage.join, ... too)
 
 ATOMIC_RENAME = "fs.capability.paths.atomic_rename"  # Hadoop's CommonPathCapabilities.FS_ATOMIC_RENAME
 HDFS_SCHEMES = ("hdfs", "viewfs", "webhdfs", "swebhdfs")  # atomic renames, though HDFS does not declare them
@@ -137,7 +137,7 @@ def _write_local(path: str, text: str) -> None:
 # -- Hadoop's file systems --------------------------------------------------------------------------
 
 def _session() -> Any:
-    from headrace.runtime.session import get_session
+    from headrace.environment.session import get_session
 
     return get_session()
 

@@ -3,7 +3,7 @@
 A pipeline's files live under ``<state dir>/<pipeline>/``: ``checkpoint/`` (Spark's) and
 ``plan.json``, the plan of the run that last started from the checkpoint, which a restart is
 checked against before the query starts. The state dir may be a local path or a Hadoop URI
-(``hdfs://``, ``s3a://``): these files go through ``headrace/runtime/storage.py``.
+(``hdfs://``, ``s3a://``): these files go through ``headrace/environment/storage.py``.
 
 The run files (the stop and exhausted markers, the sources' run-time files) are read by
 Python data sources with Python's file functions, so they are always local: in
@@ -19,8 +19,8 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from headrace.runtime import storage
-from headrace.runtime.state_paths import run_files_dir
+from headrace.environment import storage
+from headrace.environment.state_paths import run_files_dir
 
 PLAN_FILE = "plan.json"
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from headrace import config
+from headrace.environment import jars
+from headrace.environment.jars import Package
+from headrace.environment.state_paths import is_remote, local_path, run_files_dir
 from headrace.errors import SetupError
-from headrace.runtime import jars
-from headrace.runtime.jars import Package
-from headrace.runtime.state_paths import is_remote, local_path, run_files_dir
 
 JAVA_HELP = ("Java 17 or newer is needed to run Spark and was not found; install it "
              "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) "
@@ -345,7 +345,7 @@ _session: Any = None
 
 def get_session(master: str | None = None, log_file: str | None = None, packages: Iterable[Package] = ()) -> Any:
     """The process's Spark session, created on first use with headrace's defaults and the
-    connector ``packages`` a pipeline needs (``headrace/runtime/jars.py``); Spark logs to
+    connector ``packages`` a pipeline needs (``headrace/environment/jars.py``); Spark logs to
     ``log_file`` (default: ``spark_log_file()``)."""
     global _session
     if _session is not None:

@@ -1,6 +1,6 @@
 """Where a state dir is: a local path, a ``file:`` URI or a Hadoop URI; how its paths join;
 the local folder of the run files of a remote one. Pure string work, no Spark, for the
-modules below the session (``headrace/runtime/storage.py`` reads and writes the files)."""
+modules below the session (``headrace/environment/storage.py`` reads and writes the files)."""
 
 from __future__ import annotations
 
