@@ -11,6 +11,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import pyarrow as pa
+
 from headrace.contract import (
     CONTROL_COLUMN,
     DEAD_COLUMNS,
@@ -74,6 +76,27 @@ def spark_schema(schema: Schema, dead_letters: bool) -> str:
 def stop_requested(options: dict[str, str]) -> bool:
     run_dir = options.get("hr_run_dir") or ""
     return bool(run_dir) and os.path.exists(os.path.join(run_dir, "stop"))
+
+
+def flush_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """One control row: every other column null, ``_hr_ctl`` = FLUSH_TIME_MS."""
+    arrays = [
+        pa.array([FLUSH_TIME_MS], pa.int64()) if field.name == CONTROL_COLUMN else pa.nulls(1, field.type)
+        for field in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class ExhaustedMark:
+    """Writes a bounded source's exhausted marker (``mark_exhausted``) the first time it is called."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options, self.written = options, False
+
+    def __call__(self) -> None:
+        if not self.written:
+            mark_exhausted(self.options)
+            self.written = True
 
 
 def mark_exhausted(options: dict[str, str]) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, Guarantee, SourceConnector
+from headrace.contract import CONTROL_COLUMN, Guarantee, SourceConnector
 from headrace.errors import PlanError
 from headrace.schema import Schema, arrow_schema, arrow_type
 
@@ -231,12 +231,6 @@ def generate(kind: str, start: int, end: int, *, seed: int = 0, start_ms: int = 
     columns = _COLUMNS[kind](seed, index, times)
     return pa.RecordBatch.from_arrays([*columns, pa.nulls(end - start, pa.int64())],
                                       schema=batch_schema(kind))
-
-
-def flush_batch(schema: pa.Schema) -> pa.RecordBatch:
-    """One control row: every data column null, ``_hr_ctl`` = FLUSH_TIME_MS."""
-    arrays = [pa.nulls(1, field.type) for field in schema][:-1]
-    return pa.RecordBatch.from_arrays([*arrays, pa.array([FLUSH_TIME_MS], pa.int64())], schema=schema)
 
 
 def ysb_ads(num_campaigns: int = 100, ads_per_campaign: int = 10) -> list[dict[str, str]]:

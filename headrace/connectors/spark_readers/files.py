@@ -11,23 +11,14 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import mark_exhausted, spark_schema, stop_requested
+from headrace.connectors.base import ExhaustedMark, flush_batch, spark_schema, stop_requested
 from headrace.connectors.file_formats import READERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.files_source import list_files
-from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, FLUSHED
+from headrace.contract import FLUSHED
 from headrace.environment.admission import backlog
 from headrace.errors import SourceError
 from headrace.schema import Schema, schema_of
-
-
-def flush_batch(schema: pa.Schema) -> pa.RecordBatch:
-    """One control row: every other column null, ``_hr_ctl`` = FLUSH_TIME_MS."""
-    arrays = [
-        pa.array([FLUSH_TIME_MS], pa.int64()) if field.name == CONTROL_COLUMN else pa.nulls(1, field.type)
-        for field in schema
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class FilePartition(InputPartition):
@@ -56,16 +47,11 @@ class FileStreamReader(DataSourceStreamReader):
         self.schema = _options_schema(options)
         self.dead_letters = self.format != "parquet"
         self.max_files = int(options["max_files_per_batch"]) if options.get("max_files_per_batch") else None
-        self._marked = False
+        self._exhausted = ExhaustedMark(options)
         self._backlog: int | None = None
 
     def initialOffset(self) -> dict:
         return {"files": []}
-
-    def _exhausted(self) -> None:
-        if not self._marked:
-            mark_exhausted(self.options)
-            self._marked = True
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         if start.get(FLUSHED):

@@ -10,14 +10,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import mark_exhausted, stop_requested
+from headrace.connectors.base import ExhaustedMark, flush_batch, stop_requested
 from headrace.connectors.generator import (
     CHUNK_ROWS,
     DEFAULT_ROWS_PER_BATCH,
     DEFAULT_START_MS,
     SCHEMAS,
     batch_schema,
-    flush_batch,
     generate,
 )
 from headrace.contract import CONTROL_COLUMN, FLUSHED
@@ -52,7 +51,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
         start_ms = _optional(options, "start_ms")
         self.start_ms = None if start_ms is None else int(start_ms)
         self.chunk_rows = int(options.get("arrow_batch_rows", CHUNK_ROWS))  # tuning knob, not in options()
-        self._marked = False
+        self._exhausted = ExhaustedMark(options)
         self._backlog: int | None = None
 
     def initialOffset(self) -> dict:
@@ -61,11 +60,6 @@ class GeneratorStreamReader(DataSourceStreamReader):
         if self.start_ms is None:
             self.start_ms = int(time.time() * 1000) if self.rate is not None else DEFAULT_START_MS
         return {"offset": 0, "start_ms": self.start_ms}
-
-    def _exhausted(self) -> None:
-        if not self._marked:
-            mark_exhausted(self.options)
-            self._marked = True
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         if start.get(FLUSHED):

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from headrace.connectors.base import mark_exhausted, stop_requested
+from headrace.connectors.base import ExhaustedMark, stop_requested
 from headrace.connectors.socket import SOCKET_SCHEMA
 from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, FLUSHED
 from headrace.errors import SourceError
@@ -133,7 +133,7 @@ class SocketStreamReader(DataSourceStreamReader):
         self._received = 0  # lines spilled so far (this process)
         self._folder: str | None = None
         self._cleared = False
-        self._marked = False
+        self._exhausted = ExhaustedMark(options)
 
     @property
     def folder(self) -> str:
@@ -160,11 +160,6 @@ class SocketStreamReader(DataSourceStreamReader):
             os.makedirs(self.folder, exist_ok=True)
             self._cleared = True
         return {"lines": 0}
-
-    def _exhausted(self) -> None:
-        if not self._marked:
-            mark_exhausted(self.options)
-            self._marked = True
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
         if start.get(FLUSHED):
