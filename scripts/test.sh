@@ -17,7 +17,7 @@ fi
 workers=${HEADRACE_TEST_WORKERS:-2}
 parallel=()
 # A test whose process ends on a stall (tests/stall_watchdog.py) runs once more, in a fresh one.
-[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder --reruns 1 --only-rerun "crashed while running")
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --reruns 1 --only-rerun "crashed while running")
 echo "== pytest"; .venv/bin/python -m pytest -q "${parallel[@]}" --durations=25 "$@"
 shared_cases="$PWD/../shared/conformance/cases.json"
 if [ -f "$shared_cases" ]; then

@@ -41,16 +41,3 @@ def pytest_addoption(parser):
     parser.addoption("--fuzz-examples", type=int, default=None,
                      help="examples of the differential test (tests/test_differential.py) to run; CI runs a few")
 
-
-# The files that keep a test process busy longest (seconds of one process, measured with
-# --junitxml), handed out first: pytest-xdist's --dist loadfile gives each process whole files
-# in collection order, and long files at the end would leave one process working alone.
-LONGEST_FIRST = ("test_examples.py", "test_conformance.py", "test_signals.py", "test_sink_matrix.py",
-                 "test_multi_stage.py", "test_topology.py", "test_sink_faults.py", "test_operators.py",
-                 "test_operator_api.py", "test_delta.py", "test_kafka_replication.py", "test_cluster.py",
-                 "test_chaos.py", "test_benchmark_smoke.py", "test_sql.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's order is kept
