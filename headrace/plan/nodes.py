@@ -328,6 +328,12 @@ class PortNode(Node):
         return f"output port {self.inputs[0]}.{self.port}"
 
 
+# The shapes of an SQL query (``headrace/plan/sql_query.py`` tells them apart) and the Spark
+# output mode of each; None: stateless.
+STATELESS, WINDOWED, AGGREGATE, DISTINCT = "stateless", "windowed aggregate", "aggregate", "distinct"
+SQL_OUTPUT_MODES: dict[str, str | None] = {STATELESS: None, WINDOWED: "append", AGGREGATE: "update", DISTINCT: "append"}
+
+
 @dataclass(frozen=True)
 class SqlNode(Node):
     """A Spark SQL query over the plan's streams and tables (``inputs``: the steps it reads, in

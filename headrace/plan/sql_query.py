@@ -34,11 +34,18 @@ from sqlglot.errors import ParseError, TokenError
 
 from headrace.errors import PlanError, step_error
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import EventTimeNode, SinkNode, SourceNode, SqlNode, TableNode
+from headrace.plan.nodes import (
+    AGGREGATE,
+    DISTINCT,
+    STATELESS,
+    WINDOWED,
+    EventTimeNode,
+    SinkNode,
+    SourceNode,
+    SqlNode,
+    TableNode,
+)
 
-STATELESS, WINDOWED, AGGREGATE, DISTINCT = "stateless", "windowed aggregate", "aggregate", "distinct"
-# The Spark output mode of each query shape; None: stateless.
-SQL_OUTPUT_MODES: dict[str, str | None] = {STATELESS: None, WINDOWED: "append", AGGREGATE: "update", DISTINCT: "append"}
 WINDOW_FUNCTIONS = ("window", "session_window")
 # Spark aggregate functions sqlglot reads as plain (anonymous) functions.
 MORE_AGGREGATES = frozenset({"mean", "every", "some", "any", "bool_or", "histogram_numeric", "try_sum", "try_avg",

@@ -18,8 +18,16 @@ from typing import Any
 from headrace.errors import PlanError
 from headrace.plan import nodes
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import RESULT_TIME, KeyByNode, LateRecordsNode, Node, PythonStep, SourceNode
-from headrace.plan.sql_query import DISTINCT, SQL_OUTPUT_MODES
+from headrace.plan.nodes import (
+    DISTINCT,
+    RESULT_TIME,
+    SQL_OUTPUT_MODES,
+    KeyByNode,
+    LateRecordsNode,
+    Node,
+    PythonStep,
+    SourceNode,
+)
 from headrace.spark import state_changes
 from headrace.spark.clocks import spark_ttl
 from headrace.spark.real_time import REAL_TIME

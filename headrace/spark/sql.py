@@ -29,10 +29,8 @@ from pyspark.sql.types import StructType, TimestampType
 from headrace.contract import CONTROL_COLUMN
 from headrace.errors import PlanError
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import SqlNode
+from headrace.plan.nodes import DISTINCT, SQL_OUTPUT_MODES, SqlNode
 from headrace.plan.sql_query import (
-    DISTINCT,
-    SQL_OUTPUT_MODES,
     Position,
     Rewritten,
     query_error,
