@@ -114,10 +114,16 @@ spark_home() {
 }
 
 launch() {  # pidfile logfile class args...: spark-class in the background, in a session of its own
-  local pidfile=$1 log=$2
+  local pidfile=$1 log=$2 class=$3 pid
   shift 2
   setsid nohup "$SPARK_HOME/bin/spark-class" "$@" > "$log" 2>&1 < /dev/null &
-  echo $! > "$pidfile"
+  pid=$!
+  echo "$pid" > "$pidfile"
+  # Until the child has replaced itself with spark-class, its command line is still this script's
+  # and the daemon checks (daemon_pid) would take it for a daemon that exited while starting.
+  while kill -0 "$pid" 2>/dev/null && ! tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -qF -- "$class"; do
+    sleep 0.05
+  done
 }
 
 start() {
