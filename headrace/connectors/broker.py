@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any, ClassVar, Self, cast
 
@@ -64,6 +64,19 @@ def options_schema(options: Mapping[str, str]) -> Schema:
     return schema_of([tuple(pair) for pair in pairs]) if pairs else ()
 
 
+def name_list(names: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The names (topics, subjects, streams, tables) given as one, a comma-separated list or a
+    list, stripped, the empty ones dropped (None: none).
+
+    >>> name_list("a, b,"), name_list(["c ", ""]), name_list(None)
+    (('a', 'b'), ('c',), ())
+    """
+    if names is None:
+        return ()
+    stripped = [n.strip() for n in (names.split(",") if isinstance(names, str) else names)]
+    return tuple(n for n in stripped if n)
+
+
 def check_reading(where: str, format: str, formats: tuple[str, ...], schema: Any, start: str,
                   starts: tuple[str, ...]) -> None:
     """Refuse an unknown ``format`` or ``start``, and a missing ``schema``."""
@@ -100,12 +113,22 @@ def payload_schema(where: str, schema: Any, metadata: Schema, format: str, raw_w
 class Source(SourceConnector):
     """A message-system source's connector: a frozen dataclass (``init=False``) whose ``__init__``
     checks its arguments, then sets its fields (``_assign``). Its Spark options are its fields as
-    text (``data_schema`` as ``schema``)."""
+    text (``data_schema`` as ``schema``). A subclass names the columns it adds to each record and
+    its Spark data source in ``headrace/connectors/spark_readers/``:
+    ``class Nats(broker.Source, metadata=METADATA, spark_reader="nats_jetstream:NatsDataSource")``."""
 
     guarantee = Guarantee.EXACTLY_ONCE
     emits_dead_letters = True
     metadata: ClassVar[Schema]  # the columns the source adds to each record
     data_schema: Schema
+
+    def __init_subclass__(cls, *, metadata: Schema | None = None, spark_reader: str | None = None,
+                          **more: Any) -> None:
+        super().__init_subclass__(**more)
+        if metadata is not None:
+            cls.metadata = metadata
+        if spark_reader is not None:
+            cls.spark_data_source = f"headrace.connectors.spark_readers.{spark_reader}"
 
     def _assign(self, **values: Any) -> None:
         for name, value in values.items():

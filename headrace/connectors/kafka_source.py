@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.connectors import broker
 from headrace.connectors.avro_schema import avro_columns
 from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext
 from headrace.environment import jars
@@ -46,13 +47,6 @@ METADATA = {
 }
 RAW_SCHEMA: Schema = (("key", "binary"), ("value", "binary"))
 _CORRUPT = "_hr_corrupt"  # from_json's column for a value it could not parse
-
-
-def _topics(topics: str | Sequence[str] | None) -> tuple[str, ...]:
-    if topics is None:
-        return ()
-    names = [t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics)]
-    return tuple(n for n in names if n)
 
 
 def _starting(starting: Any, where: str) -> str:
@@ -106,7 +100,7 @@ class Kafka(SourceConnector):
                  servers: str = DEFAULT_SERVERS, pattern: str | None = None, metadata: Sequence[str] = (),
                  starting: Any = "earliest", max_records_per_batch: int | None = None,
                  options: Mapping[str, Any] | None = None, avro_schema: str | None = None) -> None:
-        names = _topics(topics)
+        names = broker.name_list(topics)
         where = f"Kafka({', '.join(names) or pattern!r})"
         if bool(names) == bool(pattern):
             raise PlanError(f"{where}: give topics= or pattern=, not {'both' if names else 'neither'}")

@@ -264,13 +264,8 @@ def decode(messages: list[dict[str, Any]], options: dict[str, str], schema: Sche
     yield from record_batches(arrow, columns, metadata, dead, [f"{m['topic']}#{m['seq']}" for m in messages])
 
 
-def _topics(topics: str | Sequence[str]) -> tuple[str, ...]:
-    names = [t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics)]
-    return tuple(n for n in names if n)
-
-
 @dataclass(frozen=True, init=False)
-class Mqtt(broker.Source):
+class Mqtt(broker.Source, metadata=METADATA, spark_reader="mqtt:MqttDataSource"):
     """Messages of MQTT topics (filters with ``+`` and ``#`` allowed), at least once.
 
     ``schema``: the JSON object's fields (``format="json"``); ``format="raw"`` gives the
@@ -282,8 +277,6 @@ class Mqtt(broker.Source):
     """
 
     guarantee = Guarantee.AT_LEAST_ONCE
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.mqtt:MqttDataSource"
 
     topics: tuple[str, ...]
     data_schema: Schema
@@ -296,7 +289,7 @@ class Mqtt(broker.Source):
     def __init__(self, topics: str | Sequence[str], *, schema: Any = None, url: str = DEFAULT_URL,
                  client_id: str | None = None, format: str = "json", session_expiry: int = SESSION_EXPIRY_S,
                  max_records_per_batch: int = DEFAULT_MAX_RECORDS) -> None:
-        names = _topics(topics) if isinstance(topics, (str, list, tuple)) else ()
+        names = broker.name_list(topics) if isinstance(topics, (str, list, tuple)) else ()
         where = f"Mqtt({', '.join(names)})"
         if not names:
             raise PlanError("Mqtt(): give at least one topic, e.g. Mqtt('sensors/+/temperature', schema=...)")

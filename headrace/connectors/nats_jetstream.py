@@ -113,13 +113,6 @@ def reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text and type(exc).__name__ not in text else text or type(exc).__name__
 
 
-def _subjects(subjects: str | Sequence[str] | None) -> tuple[str, ...]:
-    if subjects is None:
-        return ()
-    names = [s.strip() for s in (subjects.split(",") if isinstance(subjects, str) else subjects)]
-    return tuple(n for n in names if n)
-
-
 def subject_matches(pattern: str, subject: str) -> bool:
     """Whether ``subject`` matches the NATS subject filter ``pattern`` (``*``: one token, ``>``: the rest).
 
@@ -291,7 +284,7 @@ def _check_url(where: str, url: str) -> None:
 
 
 @dataclass(frozen=True, init=False)
-class Nats(broker.Source):
+class Nats(broker.Source, metadata=METADATA, spark_reader="nats_jetstream:NatsDataSource"):
     """Messages of the JetStream stream ``stream`` at ``url``, read by stream sequence.
 
     ``subjects``: a subject filter (wildcards allowed), a comma-separated list or a list (None: every
@@ -303,9 +296,6 @@ class Nats(broker.Source):
     are). ``partition_records``: sequences per Spark partition at most. Exactly-once while the
     messages are kept.
     """
-
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.nats_jetstream:NatsDataSource"
 
     stream: str
     data_schema: Schema
@@ -325,7 +315,7 @@ class Nats(broker.Source):
                             f"got {stream!r}")
         stream = stream.strip()
         where = f"Nats({stream})"
-        filters = _subjects(subjects)
+        filters = broker.name_list(subjects)
         for subject in filters:
             if re.search(r"\s", subject) or "" in subject.split("."):
                 raise PlanError(f"{where}: {subject!r} is not a NATS subject filter (tokens separated by '.')")

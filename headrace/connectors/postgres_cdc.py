@@ -356,13 +356,6 @@ class ChangeDecoder:
 # ----------------------------------------------------------------------------------------
 # The connector.
 
-def _tables(tables: str | Sequence[str] | None) -> tuple[str, ...]:
-    if tables is None:
-        return ()
-    names = [t.strip() for t in (tables.split(",") if isinstance(tables, str) else tables)]
-    return tuple(n for n in names if n)
-
-
 def _merged_schema(schema: Any, tables: tuple[str, ...], where: str) -> Schema:
     """One schema from ``schema``: one for every table, or ``{table: schema}`` merged (a column
     named in several tables must have one type)."""
@@ -381,7 +374,7 @@ def _merged_schema(schema: Any, tables: tuple[str, ...], where: str) -> Schema:
 
 
 @dataclass(frozen=True, init=False)
-class PostgresChanges(broker.Source):
+class PostgresChanges(broker.Source, metadata=METADATA, spark_reader="postgres_cdc:PostgresChangesDataSource"):
     """The inserts, updates and deletes of PostgreSQL tables, from a logical replication slot.
 
     ``tables``: a table, a comma-separated list or a list (``"orders"`` is ``public.orders``;
@@ -393,9 +386,6 @@ class PostgresChanges(broker.Source):
     (None: all there are). Exactly-once while the slot lives; see the module's docstring.
     """
 
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.postgres_cdc:PostgresChangesDataSource"
-
     tables: tuple[str, ...]
     data_schema: Schema
     dsn: str
@@ -404,7 +394,7 @@ class PostgresChanges(broker.Source):
 
     def __init__(self, tables: str | Sequence[str], *, dsn: str = DEFAULT_DSN, slot: str | None = None,
                  schema: Any = None, max_records_per_batch: int | None = None) -> None:
-        names = _tables(tables)
+        names = broker.name_list(tables)
         where = f"PostgresChanges({', '.join(names)})"
         if not names:
             raise PlanError("PostgresChanges(): give at least one table, e.g. PostgresChanges('orders')")

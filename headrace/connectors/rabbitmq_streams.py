@@ -315,7 +315,7 @@ def _check_stream(where: str, stream: Any) -> str:
 
 
 @dataclass(frozen=True, init=False)
-class RabbitMQ(broker.Source):
+class RabbitMQ(broker.Source, metadata=METADATA, spark_reader="rabbitmq_streams:RabbitMQDataSource"):
     """The messages of the RabbitMQ stream ``stream``, read over the stream protocol from ``url``.
 
     ``format``: "json" (the payload is a JSON object) or "raw" (the payload is the schema's one
@@ -327,9 +327,6 @@ class RabbitMQ(broker.Source):
     ``partition_records``: offsets per Spark partition at most. Exactly-once while the messages
     are kept (see the module's docstring).
     """
-
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.rabbitmq_streams:RabbitMQDataSource"
 
     stream: str
     data_schema: Schema
