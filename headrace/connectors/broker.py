@@ -88,6 +88,18 @@ def check_reading(where: str, format: str, formats: tuple[str, ...], schema: Any
         raise PlanError(f"{where}: start={start!r} is not one of {', '.join(starts)}")
 
 
+def check_format(where: str, format: str, formats: tuple[str, ...], schema: Any, json_needs: str,
+                 raw_columns: str) -> None:
+    """Refuse an unknown ``format``, a "json" one without ``schema`` (``json_needs`` says what to
+    give) and a "raw" one with a ``schema`` (its columns are fixed: ``raw_columns`` says which)."""
+    if format not in formats:
+        raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(formats)}")
+    if format == "json" and schema is None:
+        raise PlanError(f"{where}: {json_needs}")
+    if format == "raw" and schema is not None:
+        raise PlanError(f"{where}: {raw_columns}; drop schema=")
+
+
 def check_batch_sizes(where: str, max_records_per_batch: int | None, partition_records: int | None = None) -> None:
     """Refuse a cap of records per batch, or of positions per Spark partition, below 1 (None: no cap)."""
     if max_records_per_batch is not None and max_records_per_batch < 1:

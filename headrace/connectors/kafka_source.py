@@ -104,12 +104,9 @@ class Kafka(SourceConnector):
         where = f"Kafka({', '.join(names) or pattern!r})"
         if bool(names) == bool(pattern):
             raise PlanError(f"{where}: give topics= or pattern=, not {'both' if names else 'neither'}")
-        if format not in FORMATS:
-            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
-        if format == "json" and schema is None:
-            raise PlanError(f"{where}: a json source needs schema=, e.g. schema='user string, amount long'")
-        if format == "raw" and schema is not None:
-            raise PlanError(f"{where}: a raw source has the columns key and value (bytes); drop schema=")
+        broker.check_format(where, format, FORMATS, schema,
+                            "a json source needs schema=, e.g. schema='user string, amount long'",
+                            "a raw source has the columns key and value (bytes)")
         if (format == "avro") != (avro_schema is not None):
             raise PlanError(f"{where}: " + ("an avro source needs avro_schema=, an Avro record schema in JSON"
                                             if format == "avro" else "avro_schema= goes with format='avro'"))
@@ -120,8 +117,7 @@ class Kafka(SourceConnector):
         unknown = [m for m in metadata if m not in METADATA]
         if unknown:
             raise PlanError(f"{where}: unknown metadata {unknown}; choose from {', '.join(METADATA)}")
-        if max_records_per_batch is not None and max_records_per_batch < 1:
-            raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
+        broker.check_batch_sizes(where, max_records_per_batch)
         set_field = object.__setattr__
         set_field(self, "topics", names)
         set_field(self, "pattern", pattern)
