@@ -42,15 +42,15 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from headrace.connectors import broker
+from headrace.connectors import broker, postgres
 from headrace.connectors.base import redact_dsn
 from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.file_formats.values import BadValue, convert_values, iso_us
 from headrace.connectors.payloads import data_batch, dead_letter_batch
-from headrace.connectors.postgres import DEFAULT_DSN
+from headrace.connectors.postgres import DEFAULT_DSN, one_line
 from headrace.contract import SourceContext
-from headrace.errors import PlanError, SetupError, SourceError
+from headrace.errors import PlanError, SourceError
 from headrace.schema import Schema, arrow_type, schema_of, to_ddl
 
 PLUGIN = "wal2json"
@@ -104,15 +104,7 @@ def wal_level_message(where: str, level: str, dsn: str) -> str:
 
 
 def psycopg_module() -> Any:
-    try:
-        import psycopg
-    except ImportError:
-        raise SetupError("the PostgresChanges source needs psycopg 3: pip install 'psycopg[binary]'") from None
-    return psycopg
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return postgres.psycopg_module("the PostgresChanges source")
 
 
 def postgres_connect(dsn: str, where: str, autocommit: bool = True) -> Any:
@@ -120,7 +112,7 @@ def postgres_connect(dsn: str, where: str, autocommit: bool = True) -> Any:
     try:
         return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.Error as exc:
-        raise SourceError(f"{where}: cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_one_line(exc)}") from None
+        raise SourceError(f"{where}: cannot connect to PostgreSQL at {redact_dsn(dsn)}: {one_line(exc)}") from None
 
 
 def _qualified(table: str) -> tuple[str, str]:
@@ -134,7 +126,7 @@ def _plugin_options(tables: Sequence[str]) -> list[str]:
 
 
 def slot_error(where: str, slot: str, dsn: str, doing: str, exc: BaseException) -> SourceError:
-    text = _one_line(exc)
+    text = one_line(exc)
     if "wal_level" in text:
         return SourceError(wal_level_message(where, "not logical", dsn) + f" ({text})")
     return SourceError(f"{where}: PostgreSQL at {redact_dsn(dsn)}: {doing} the replication slot {slot!r}: {text}")
@@ -197,7 +189,7 @@ def ensure_slot(conn: Any, where: str, dsn: str, slot: str) -> str:
         except psycopg.Error as exc:
             if PLUGIN in str(exc):
                 raise SourceError(f"{where}: PostgreSQL at {redact_dsn(dsn)}: cannot create the replication slot "
-                                  f"{slot!r}: {_one_line(exc)} (is the {PLUGIN} plugin installed? run "
+                                  f"{slot!r}: {one_line(exc)} (is the {PLUGIN} plugin installed? run "
                                   "scripts/postgres_logical.sh)") from None
             raise slot_error(where, slot, dsn, "cannot create", exc) from None
         finally:
