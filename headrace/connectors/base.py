@@ -1,5 +1,5 @@
-"""Helpers the connectors share: counting dead letters, running a batch no sink reads, the
-stop and exhausted files of a running source, the Spark schema of a Python data source and a
+"""Helpers the connectors share: counting dead letters, running a batch no sink reads, checking
+a keyed sink's columns, the stop and exhausted files of a running source, the Spark schema of a Python data source and a
 server address fit for a message. The contract itself (control rows, guarantees,
 the connector base classes) is ``headrace/contract.py``; the names a connector's author imports
 from here are re-exported."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -23,11 +24,12 @@ from headrace.contract import (
     SourceConnector,
     SourceContext,
 )
+from headrace.errors import SinkError
 from headrace.schema import Schema, to_ddl
 
 __all__ = ["CONTROL_COLUMN", "DEAD_COLUMNS", "FLUSH_TIME_MS", "Guarantee", "SinkConnector", "SourceConnector",
-           "SourceContext", "count_dead_letters", "mark_exhausted", "redact_dsn", "run_batch", "spark_schema",
-           "stop_requested"]
+           "SourceContext", "check_sink_columns", "count_dead_letters", "mark_exhausted", "redact_dsn", "run_batch",
+           "spark_schema", "stop_requested"]
 
 
 def count_dead_letters(frame: Any, source: str, is_dead: Any) -> Any:
@@ -61,6 +63,18 @@ def redact_dsn(dsn: str) -> str:
         query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     return re.sub(r"\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S*)", "", dsn).strip()
+
+
+def check_sink_columns(where: str, columns: list[str], key: Sequence[str]) -> None:
+    """Refuse a stream, bound for a sink keyed by ``key``, whose ``columns`` name one twice or lack
+    a key column."""
+    if len(set(columns)) != len(columns):
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        raise SinkError(f"{where}: the stream has columns named twice: {twice}; rename them")
+    missing = [k for k in key if k not in columns]
+    if missing:
+        raise SinkError(f"{where}: key column(s) {missing} are not in the stream's columns {columns}; "
+                        "fix key= or add the columns")
 
 
 # Helpers shared by the Python data sources (they run in Spark's Python workers).

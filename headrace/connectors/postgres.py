@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from headrace.connectors import postgres_commits as commits
 from headrace.connectors import postgres_staging as staging
-from headrace.connectors.base import redact_dsn, run_batch
+from headrace.connectors.base import check_sink_columns, redact_dsn, run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry, unreachable
 from headrace.contract import Guarantee, SinkConnector
@@ -314,7 +314,7 @@ class Postgres(SinkConnector):
         named._step = step
         named._reset()
         columns = [field.name for field in schema.fields]
-        named._check_columns(columns)
+        check_sink_columns(named._where(), columns, self.key)
         types = named._column_types(schema)
         try:
             named._retrying(f"check table {self.table!r} against the stream's columns",
@@ -370,7 +370,7 @@ class Postgres(SinkConnector):
 
     def write_batch(self, df: Any, batch_id: int) -> None:
         columns = list(df.columns)
-        self._check_columns(columns)
+        check_sink_columns(self._where(), columns, self.key)
         if self.is_committed(batch_id):  # (the dispatcher asks committed() first; this is for direct calls)
             run_batch(df)  # a replay: write nothing, but read the batch, as Spark needs to commit its state
             return
@@ -468,15 +468,6 @@ class Postgres(SinkConnector):
             "that those batches are gone")
 
     # -- the target table --------------------------------------------------------
-
-    def _check_columns(self, columns: list[str]) -> None:
-        if len(set(columns)) != len(columns):
-            twice = sorted({c for c in columns if columns.count(c) > 1})
-            raise SinkError(f"{self._where()}: the stream has columns named twice: {twice}; rename them")
-        missing = [k for k in self.key if k not in columns]
-        if missing:
-            raise SinkError(f"{self._where()}: key column(s) {missing} are not in the stream's columns "
-                            f"{columns}; fix key= or add the columns")
 
     def _column_types(self, schema: Any) -> tuple[str, ...]:
         """The PostgreSQL type of each of the stream's columns (``pg_type``)."""

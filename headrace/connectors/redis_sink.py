@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any, TypeVar
 
-from headrace.connectors.base import redact_dsn, run_batch
+from headrace.connectors.base import check_sink_columns, redact_dsn, run_batch
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
 from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError, SetupError, SinkError
@@ -233,13 +233,7 @@ class Redis(SinkConnector):
         from pyspark.sql import types
 
         columns = list(df.columns)
-        if len(set(columns)) != len(columns):
-            twice = sorted({c for c in columns if columns.count(c) > 1})
-            raise SinkError(f"{self._where()}: the stream has columns named twice: {twice}; rename them")
-        missing = [k for k in self.key if k not in columns]
-        if missing:
-            raise SinkError(f"{self._where()}: key column(s) {missing} are not in the stream's columns {columns}; "
-                            "fix key= or add the columns")
+        check_sink_columns(self._where(), columns, self.key)
         if self.stream is not None and self.format == "json":
             return df.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns])).alias(DATA_FIELD))
 
