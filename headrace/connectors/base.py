@@ -19,6 +19,7 @@ from headrace.contract import (
     DEAD_COLUMNS,
     DEAD_LETTER_METRIC_PREFIX,
     FLUSH_TIME_MS,
+    FLUSHED,
     Guarantee,
     SinkConnector,
     SourceConnector,
@@ -111,6 +112,14 @@ class ExhaustedMark:
         if not self.written:
             mark_exhausted(self.options)
             self.written = True
+
+    def past_flush(self, offset: dict) -> bool:
+        """Whether ``offset`` is past the source's flush row (its input has ended, so ``latestOffset``
+        hands out nothing more); the marker is then written."""
+        if offset.get(FLUSHED):
+            self()
+            return True
+        return False
 
 
 def mark_exhausted(options: dict[str, str]) -> None:
