@@ -1,15 +1,16 @@
-"""Helpers the connectors share: counting dead letters, running a batch no sink reads, checking
-a keyed sink's columns, the stop and exhausted files of a running source, the Spark schema of a Python data source and a
-server address fit for a message. The contract itself (control rows, guarantees,
-the connector base classes) is ``headrace/contract.py``; the names a connector's author imports
-from here are re-exported."""
+"""Helpers the connectors share: counting dead letters, running a batch no sink reads, a sink
+named after its step, checking a keyed sink's columns, the stop and exhausted files of a running
+source, the Spark schema of a Python data source and a server address fit for a message. The
+contract itself (control rows, guarantees, the connector base classes) is
+``headrace/contract.py``; the names a connector's author imports from here are re-exported."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
@@ -27,10 +28,11 @@ from headrace.contract import (
 )
 from headrace.errors import SinkError
 from headrace.schema import Schema, to_ddl
+from headrace.sink_step import SinkStep, step_name
 
 __all__ = ["CONTROL_COLUMN", "DEAD_COLUMNS", "FLUSH_TIME_MS", "Guarantee", "SinkConnector", "SourceConnector",
-           "SourceContext", "check_sink_columns", "count_dead_letters", "mark_exhausted", "redact_dsn", "run_batch",
-           "spark_schema", "stop_requested"]
+           "SourceContext", "StepSink", "check_sink_columns", "count_dead_letters", "mark_exhausted", "redact_dsn",
+           "run_batch", "spark_schema", "stop_requested"]
 
 
 def count_dead_letters(frame: Any, source: str, is_dead: Any) -> Any:
@@ -64,6 +66,34 @@ def redact_dsn(dsn: str) -> str:
         query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     return re.sub(r"\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S*)", "", dsn).strip()
+
+
+class StepSink(SinkConnector):
+    """A sink that names itself, in its messages and its commits, after the sink step it is bound
+    to: ``bind`` gives a copy under the step's identity (``headrace/spark/writer.py``), without the
+    connection state (``_reset``) that only the original's process may use."""
+
+    _name: str | None = None
+    _step: SinkStep | None = None
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def bind(self, identity: str, defined_at: str = "") -> Self:
+        """A copy of this sink committing under ``identity`` (see ``headrace/spark/writer.py``)."""
+        bound = copy.copy(self)
+        bound._name, bound._step = identity, SinkStep(step_name(identity), defined_at)
+        bound._reset()
+        return bound
+
+    def _reset(self) -> None:
+        """Drop the connection state a copy must not share (none here)."""
+
+    def _where(self) -> str:
+        """``sink 'totals' (app.py:14)``: how every message of this sink begins (before ``bind``, the
+        sink's own name)."""
+        return str(self._step or SinkStep(step_name(self.name)))
 
 
 def check_sink_columns(where: str, columns: list[str], key: Sequence[str]) -> None:

@@ -18,18 +18,18 @@ itself, in its messages and its commits, by the step it is bound to (``headrace/
 
 from __future__ import annotations
 
-import copy
 import importlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from typing import Any, ClassVar, Self, cast
+from typing import Any, ClassVar, cast
 
+from headrace.connectors.base import StepSink
 from headrace.connectors.payloads import message_schema
-from headrace.contract import Guarantee, SinkConnector, SourceConnector
+from headrace.contract import Guarantee, SourceConnector
 from headrace.errors import PlanError, SetupError, SinkError
 from headrace.schema import Schema, schema_of, to_ddl
-from headrace.sink_step import SinkStep, step_name
+from headrace.sink_step import SinkStep
 
 
 def client_library(module: str, needing: str, extra: str, requirement: str) -> Any:
@@ -183,7 +183,7 @@ def keyed_json(df: Any, key: str | None, where: str) -> Any:
     return df.select(value, F.col(f"`{key}`").cast("string").alias("key"))
 
 
-class Sink(SinkConnector):
+class Sink(StepSink):
     """A message-system sink. ``bind`` gives a copy named after its step, which is what it
     publishes (and commits) under; its connection (``_connection``, the driver's) is not copied
     nor pickled."""
@@ -198,8 +198,5 @@ class Sink(SinkConnector):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_connection": None}
 
-    def bind(self, identity: str, defined_at: str = "") -> Self:
-        """A copy of this sink publishing and committing under ``identity`` (``headrace/spark/writer.py``)."""
-        bound = copy.copy(self)
-        bound._name, bound._step, bound._connection = identity, SinkStep(step_name(identity), defined_at), None
-        return bound
+    def _reset(self) -> None:
+        self._connection = None

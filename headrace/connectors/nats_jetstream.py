@@ -65,7 +65,6 @@ from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches
 from headrace.contract import Guarantee, SourceContext
 from headrace.errors import PlanError, SinkError, SourceError
 from headrace.schema import Schema, to_ddl
-from headrace.sink_step import SinkStep, step_name
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 FORMATS = ("json", "raw")
@@ -412,9 +411,6 @@ class NatsSink(broker.Sink):
     @property
     def name(self) -> str:
         return self._name or self.subject
-
-    def _where(self) -> str:
-        return str(self._step or SinkStep(step_name(self.name)))
 
     def describe(self) -> dict[str, Any]:
         return {"type": "Nats", "subject": self.subject, "url": redact_dsn(self.url), "key": self.key,

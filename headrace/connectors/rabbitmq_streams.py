@@ -64,7 +64,6 @@ from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches, t
 from headrace.contract import Guarantee, SourceContext
 from headrace.errors import PlanError, SinkError, SourceError
 from headrace.schema import Schema, to_ddl
-from headrace.sink_step import SinkStep, step_name
 
 T = TypeVar("T")
 
@@ -436,9 +435,6 @@ class RabbitMQSink(broker.Sink):
     @property
     def reference(self) -> str:
         return publisher_reference(self.name)
-
-    def _where(self) -> str:
-        return str(self._step or SinkStep(step_name(self.name)))
 
     def describe(self) -> dict[str, Any]:
         return {"type": "RabbitMQ", "stream": self.stream, "url": redact_dsn(self.url), "key": self.key,
