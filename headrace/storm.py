@@ -554,11 +554,18 @@ class BaseWindowedBolt(Bolt):
         raise NotImplementedError
 
     # -- configuration (returns the bolt, Storm's builder style) ----------------------------------
-    def _configured(self, where: str) -> WindowConfig:
+    def _configured(self, method: str) -> tuple[WindowConfig, str]:
+        """The window configured so far, for a call of ``method`` after ``with_window``, and how
+        messages name that call."""
+        where = f"{type(self).__name__}.{method} ({user_location()})"
         config = self.__dict__.get("_hr_window")
         if config is None:
             raise PlanError(f"{where}: call with_window(...) first")
-        return config
+        return config, where
+
+    def _set_window(self, config: WindowConfig) -> BaseWindowedBolt:
+        self.__dict__["_hr_window"] = config
+        return self
 
     def with_window(self, length: Any, sliding_interval: Any = None) -> BaseWindowedBolt:
         """A window of ``length`` (tuples: an int; time: '10s') activated every ``sliding_interval``
@@ -573,39 +580,32 @@ class BaseWindowedBolt(Bolt):
         old = self.__dict__.get("_hr_window")
         extra = {} if old is None else {"timestamp_field": old.timestamp_field, "lag_ms": old.lag_ms,
                                         "late_stream": old.late_stream}
-        self.__dict__["_hr_window"] = WindowConfig(size, counts, every, every_counts, **extra)
-        return self
+        return self._set_window(WindowConfig(size, counts, every, every_counts, **extra))
 
     def with_tumbling_window(self, length: Any) -> BaseWindowedBolt:
         return self.with_window(length)
 
     def with_timestamp_field(self, field: str) -> BaseWindowedBolt:
         """Event time: each tuple's time is this field (epoch ms or a datetime)."""
-        where = f"{type(self).__name__}.with_timestamp_field ({user_location()})"
-        config = self._configured(where)
+        config, where = self._configured("with_timestamp_field")
         if not isinstance(field, str) or not field:
             raise PlanError(f"{where}: the timestamp field must be a field name, got {field!r}")
         if config.length_counts:
             raise PlanError(f"{where}: event-time windows are durations; give with_window a duration such as '10s'")
-        self.__dict__["_hr_window"] = replace(config, timestamp_field=field)
-        return self
+        return self._set_window(replace(config, timestamp_field=field))
 
     def with_lag(self, lag: Any) -> BaseWindowedBolt:
         """How far behind the largest timestamp seen the watermark stays (Storm's lag)."""
-        where = f"{type(self).__name__}.with_lag ({user_location()})"
-        config = self._configured(where)
+        config, where = self._configured("with_lag")
         millis = to_millis(lag, f"{where}: lag")
         if millis < 0:
             raise PlanError(f"{where}: the lag must not be negative, got {lag!r}")
-        self.__dict__["_hr_window"] = replace(config, lag_ms=millis)
-        return self
+        return self._set_window(replace(config, lag_ms=millis))
 
     def with_late_tuple_stream(self, stream: str) -> BaseWindowedBolt:
         """Emit late tuples (older than the watermark when they arrive) on ``stream``."""
-        where = f"{type(self).__name__}.with_late_tuple_stream ({user_location()})"
-        config = self._configured(where)
-        self.__dict__["_hr_window"] = replace(config, late_stream=check_stream_id(stream, where))
-        return self
+        config, where = self._configured("with_late_tuple_stream")
+        return self._set_window(replace(config, late_stream=check_stream_id(stream, where)))
 
     @property
     def window_config(self) -> WindowConfig | None:

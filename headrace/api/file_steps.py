@@ -44,8 +44,7 @@ def _filter(step: StepContext) -> Any:
     """Keep the records where a Spark SQL condition holds, or where {function: module:fn} returns true."""
     action = step.action
     if action.is_map:
-        step.check_keys(action, ("function",), "filter")
-        return step.input.filter(step.function(step.required(action, "function")), name=step.name)
+        return step.input.filter(step.function_entry(action), name=step.name)
     return step.input.filter(step.expression(action), name=step.name)
 
 
@@ -85,8 +84,7 @@ def _key_by(step: StepContext) -> Any:
     """Partition by fields (a name or a list of names) or by {function: module:fn}."""
     action = step.action
     if action.is_map:
-        step.check_keys(action, ("function",), "key_by")
-        return step.input.key_by(step.function(step.required(action, "function")), name=step.name)
+        return step.input.key_by(step.function_entry(action), name=step.name)
     fields = [step.text(item) for item in step.listed(action, "key_by")] if action.is_list else [step.text(action)]
     return step.input.key_by(*fields, name=step.name)
 

@@ -178,6 +178,12 @@ class StepContext:
         except ImportPathError as exc:
             raise self.fail(value, str(exc)) from None
 
+    def function_entry(self, spec: Located) -> Any:
+        """The function a ``{function: module:fn}`` mapping names, given to this step instead of
+        its usual value (a ``filter``'s condition, a ``key_by``'s fields)."""
+        self.check_keys(spec, ("function",), self.kind.key)
+        return self.function(self.required(spec, "function"))
+
     @contextmanager
     def at(self, value: Located) -> Iterator[None]:
         """Build inside at ``value``'s line (a window shape, a trigger)."""

@@ -470,13 +470,15 @@ class Stream:
 
     def window(self, shape: WindowShape, *, trigger: Trigger | None = None, allowed_lateness: object = 0,
                accumulation: str = "accumulating", name: str | None = None) -> WindowedStream:
-        """Group the whole stream (one group) into windows.
+        """Group the records into windows: each key's on a keyed stream (``key_by``), else the whole
+        stream as one group.
         ``trigger`` (default: on time when the watermark passes the end),
         ``allowed_lateness`` (late records still update a window this long after its end, each firing a
         late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy."""
         name = self.pipeline._checked_name(name, "window")
         emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
-        return WindowedStream(self, shape, (), name, user_location(), emission)
+        keys = self.keys if isinstance(self, KeyedStream) else ()
+        return WindowedStream(self, shape, keys, name, user_location(), emission)
 
     def join(self, table: Table, on: str | list[str], *, how: str = "inner", name: str | None = None) -> Stream:
         """Enrich each record with the row of a static table that has the same ``on`` fields."""
@@ -568,24 +570,25 @@ class KeyedStream(Stream):
                                                 aggs=checked, ttl_ms=_ttl(ttl, step, where)))
 
     def count(self, *, name: str | None = None, ttl: Any = None) -> Stream:
-        name = self.pipeline._checked_name(name, "count")
-        return self.aggregate(name=name or self.pipeline._name(None, "count"), ttl=ttl, count=Agg("count"))
+        return self._aggregate_one("count", None, name, ttl)
 
     def sum(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
-        name = self.pipeline._checked_name(name, "sum")
-        return self.aggregate(name=name or self.pipeline._name(None, "sum"), ttl=ttl, sum=Agg("sum", column))
+        return self._aggregate_one("sum", column, name, ttl)
 
     def min(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
-        name = self.pipeline._checked_name(name, "min")
-        return self.aggregate(name=name or self.pipeline._name(None, "min"), ttl=ttl, min=Agg("min", column))
+        return self._aggregate_one("min", column, name, ttl)
 
     def max(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
-        name = self.pipeline._checked_name(name, "max")
-        return self.aggregate(name=name or self.pipeline._name(None, "max"), ttl=ttl, max=Agg("max", column))
+        return self._aggregate_one("max", column, name, ttl)
 
     def mean(self, column: str, *, name: str | None = None, ttl: Any = None) -> Stream:
-        name = self.pipeline._checked_name(name, "mean")
-        return self.aggregate(name=name or self.pipeline._name(None, "mean"), ttl=ttl, mean=Agg("mean", column))
+        return self._aggregate_one("mean", column, name, ttl)
+
+    def _aggregate_one(self, func: str, column: str | None, name: str | None, ttl: Any) -> Stream:
+        """``aggregate`` with the one aggregate ``func`` of ``column``, as the column ``func``; the step
+        is named ``name`` or after ``func``."""
+        name = self.pipeline._checked_name(name, func)
+        return self.aggregate(name=name or self.pipeline._name(None, func), ttl=ttl, **{func: Agg(func, column)})
 
     def reduce(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], *,
                name: str | None = None, ttl: Any = None) -> Stream:
@@ -617,16 +620,6 @@ class KeyedStream(Stream):
         # with event time, each emitted record has one (ctx.emit(record, timestamp=...))
         timed = RESULT_TIME if self.node.event_time is not None else None
         return self._stage(KeyedProcessNode(step, (self.node.name,), where, output, timed, fn=fn))
-
-    def window(self, shape: WindowShape, *, trigger: Trigger | None = None, allowed_lateness: object = 0,
-               accumulation: str = "accumulating", name: str | None = None) -> WindowedStream:
-        """Group each key's records into windows.
-        ``trigger`` (default: on time when the watermark passes the end),
-        ``allowed_lateness`` (late records still update a window this long after its end, each firing a
-        late pane) and ``accumulation`` ("accumulating" or "discarding" panes) set the emission policy."""
-        name = self.pipeline._checked_name(name, "window")
-        emission = _emission(trigger, allowed_lateness, accumulation, name or "window", user_location())
-        return WindowedStream(self, shape, self.keys, name, user_location(), emission)
 
 
 class WindowedStream:

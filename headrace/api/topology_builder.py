@@ -99,6 +99,18 @@ class TopologyBuilder:
                             "streams as <component>.<stream>)")
         return component_id
 
+    def _new_component(self, method: str, component_id: Any, component: Any, parallelism: Any) -> tuple[str, str]:
+        """What ``set_spout`` and ``set_bolt`` check first: a new component id, a parallelism and a
+        spout or bolt instance (not its class). Returns how messages name the call, and where it is."""
+        where = user_location()
+        what = f"{method}({component_id!r})"
+        self._new_id(component_id, what, where)
+        _parallelism(parallelism, what, where)
+        if isinstance(component, type):
+            raise PlanError(f"{what} ({where}): give an instance of the {method.removeprefix('set_')}, e.g. "
+                            f"{component.__name__}(), not the class")
+        return what, where
+
     def set_spout(self, component_id: str, spout: Any, parallelism: int = 1, *,
                   max_tuples_per_batch: int = 1000) -> None:
         """Add a spout: an ``hr.Spout`` (run on the driver, ``parallelism`` tasks), a headrace source
@@ -106,12 +118,7 @@ class TopologyBuilder:
         from headrace.api.stream import Stream
         from headrace.connectors.spout import SpoutSource
 
-        where = user_location()
-        what = f"set_spout({component_id!r})"
-        self._new_id(component_id, what, where)
-        _parallelism(parallelism, what, where)
-        if isinstance(spout, type):
-            raise PlanError(f"{what} ({where}): give an instance of the spout, e.g. {spout.__name__}(), not the class")
+        what, where = self._new_component("set_spout", component_id, spout, parallelism)
         if isinstance(spout, Spout):
             declaration = spout_stream(spout, f"step '{component_id}' ({where})")
             connector = SpoutSource(component_id, spout, parallelism, max_tuples_per_batch, declaration)
@@ -138,12 +145,7 @@ class TopologyBuilder:
 
     def set_bolt(self, component_id: str, bolt: Any, parallelism: int = 1) -> BoltDeclarer:
         """Add a bolt with ``parallelism`` tasks; subscribe it to streams through what this returns."""
-        where = user_location()
-        what = f"set_bolt({component_id!r})"
-        self._new_id(component_id, what, where)
-        _parallelism(parallelism, what, where)
-        if isinstance(bolt, type):
-            raise PlanError(f"{what} ({where}): give an instance of the bolt, e.g. {bolt.__name__}(), not the class")
+        what, where = self._new_component("set_bolt", component_id, bolt, parallelism)
         if not isinstance(bolt, Bolt):
             hint = "; add Apex operators with pipeline.add_operator" if isinstance(bolt, Operator) else ""
             raise PlanError(f"{what} ({where}): expected an hr.Bolt, got {type(bolt).__name__}{hint}")

@@ -1,14 +1,16 @@
-"""Helpers the connectors share: counting dead letters, running a batch no sink reads, the
-stop and exhausted files of a running source, the Spark schema of a Python data source and a
-server address fit for a message. The contract itself (control rows, guarantees,
-the connector base classes) is ``headrace/contract.py``; the names a connector's author imports
-from here are re-exported."""
+"""Helpers the connectors share: counting dead letters, running a batch no sink reads, a sink
+named after its step, checking a keyed sink's columns, the stop and exhausted files of a running
+source, the Spark schema of a Python data source and a server address fit for a message. The
+contract itself (control rows, guarantees, the connector base classes) is
+``headrace/contract.py``; the names a connector's author imports from here are re-exported."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
@@ -18,16 +20,19 @@ from headrace.contract import (
     DEAD_COLUMNS,
     DEAD_LETTER_METRIC_PREFIX,
     FLUSH_TIME_MS,
+    FLUSHED,
     Guarantee,
     SinkConnector,
     SourceConnector,
     SourceContext,
 )
+from headrace.errors import SinkError
 from headrace.schema import Schema, to_ddl
+from headrace.sink_step import SinkStep, step_name
 
 __all__ = ["CONTROL_COLUMN", "DEAD_COLUMNS", "FLUSH_TIME_MS", "Guarantee", "SinkConnector", "SourceConnector",
-           "SourceContext", "count_dead_letters", "mark_exhausted", "redact_dsn", "run_batch", "spark_schema",
-           "stop_requested"]
+           "SourceContext", "StepSink", "check_sink_columns", "count_dead_letters", "mark_exhausted", "redact_dsn",
+           "run_batch", "spark_schema", "stop_requested"]
 
 
 def count_dead_letters(frame: Any, source: str, is_dead: Any) -> Any:
@@ -61,6 +66,46 @@ def redact_dsn(dsn: str) -> str:
         query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     return re.sub(r"\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S*)", "", dsn).strip()
+
+
+class StepSink(SinkConnector):
+    """A sink that names itself, in its messages and its commits, after the sink step it is bound
+    to: ``bind`` gives a copy under the step's identity (``headrace/spark/writer.py``), without the
+    connection state (``_reset``) that only the original's process may use."""
+
+    _name: str | None = None
+    _step: SinkStep | None = None
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def bind(self, identity: str, defined_at: str = "") -> Self:
+        """A copy of this sink committing under ``identity`` (see ``headrace/spark/writer.py``)."""
+        bound = copy.copy(self)
+        bound._name, bound._step = identity, SinkStep(step_name(identity), defined_at)
+        bound._reset()
+        return bound
+
+    def _reset(self) -> None:
+        """Drop the connection state a copy must not share (none here)."""
+
+    def _where(self) -> str:
+        """``sink 'totals' (app.py:14)``: how every message of this sink begins (before ``bind``, the
+        sink's own name)."""
+        return str(self._step or SinkStep(step_name(self.name)))
+
+
+def check_sink_columns(where: str, columns: list[str], key: Sequence[str]) -> None:
+    """Refuse a stream, bound for a sink keyed by ``key``, whose ``columns`` name one twice or lack
+    a key column."""
+    if len(set(columns)) != len(columns):
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        raise SinkError(f"{where}: the stream has columns named twice: {twice}; rename them")
+    missing = [k for k in key if k not in columns]
+    if missing:
+        raise SinkError(f"{where}: key column(s) {missing} are not in the stream's columns {columns}; "
+                        "fix key= or add the columns")
 
 
 # Helpers shared by the Python data sources (they run in Spark's Python workers).
@@ -97,6 +142,14 @@ class ExhaustedMark:
         if not self.written:
             mark_exhausted(self.options)
             self.written = True
+
+    def past_flush(self, offset: dict) -> bool:
+        """Whether ``offset`` is past the source's flush row (its input has ended, so ``latestOffset``
+        hands out nothing more); the marker is then written."""
+        if offset.get(FLUSHED):
+            self()
+            return True
+        return False
 
 
 def mark_exhausted(options: dict[str, str]) -> None:

@@ -18,18 +18,18 @@ itself, in its messages and its commits, by the step it is bound to (``headrace/
 
 from __future__ import annotations
 
-import copy
 import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from typing import Any, ClassVar, Self, cast
+from typing import Any, ClassVar, cast
 
+from headrace.connectors.base import StepSink
 from headrace.connectors.payloads import message_schema
-from headrace.contract import Guarantee, SinkConnector, SourceConnector
+from headrace.contract import Guarantee, SourceConnector
 from headrace.errors import PlanError, SetupError, SinkError
 from headrace.schema import Schema, schema_of, to_ddl
-from headrace.sink_step import SinkStep, step_name
+from headrace.sink_step import SinkStep
 
 
 def client_library(module: str, needing: str, extra: str, requirement: str) -> Any:
@@ -64,6 +64,19 @@ def options_schema(options: Mapping[str, str]) -> Schema:
     return schema_of([tuple(pair) for pair in pairs]) if pairs else ()
 
 
+def name_list(names: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The names (topics, subjects, streams, tables) given as one, a comma-separated list or a
+    list, stripped, the empty ones dropped (None: none).
+
+    >>> name_list("a, b,"), name_list(["c ", ""]), name_list(None)
+    (('a', 'b'), ('c',), ())
+    """
+    if names is None:
+        return ()
+    stripped = [n.strip() for n in (names.split(",") if isinstance(names, str) else names)]
+    return tuple(n for n in stripped if n)
+
+
 def check_reading(where: str, format: str, formats: tuple[str, ...], schema: Any, start: str,
                   starts: tuple[str, ...]) -> None:
     """Refuse an unknown ``format`` or ``start``, and a missing ``schema``."""
@@ -73,6 +86,18 @@ def check_reading(where: str, format: str, formats: tuple[str, ...], schema: Any
         raise PlanError(f"{where}: needs schema=, e.g. schema='user string, amount long'")
     if start not in starts:
         raise PlanError(f"{where}: start={start!r} is not one of {', '.join(starts)}")
+
+
+def check_format(where: str, format: str, formats: tuple[str, ...], schema: Any, json_needs: str,
+                 raw_columns: str) -> None:
+    """Refuse an unknown ``format``, a "json" one without ``schema`` (``json_needs`` says what to
+    give) and a "raw" one with a ``schema`` (its columns are fixed: ``raw_columns`` says which)."""
+    if format not in formats:
+        raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(formats)}")
+    if format == "json" and schema is None:
+        raise PlanError(f"{where}: {json_needs}")
+    if format == "raw" and schema is not None:
+        raise PlanError(f"{where}: {raw_columns}; drop schema=")
 
 
 def check_batch_sizes(where: str, max_records_per_batch: int | None, partition_records: int | None = None) -> None:
@@ -100,12 +125,22 @@ def payload_schema(where: str, schema: Any, metadata: Schema, format: str, raw_w
 class Source(SourceConnector):
     """A message-system source's connector: a frozen dataclass (``init=False``) whose ``__init__``
     checks its arguments, then sets its fields (``_assign``). Its Spark options are its fields as
-    text (``data_schema`` as ``schema``)."""
+    text (``data_schema`` as ``schema``). A subclass names the columns it adds to each record and
+    its Spark data source in ``headrace/connectors/spark_readers/``:
+    ``class Nats(broker.Source, metadata=METADATA, spark_reader="nats_jetstream:NatsDataSource")``."""
 
     guarantee = Guarantee.EXACTLY_ONCE
     emits_dead_letters = True
     metadata: ClassVar[Schema]  # the columns the source adds to each record
     data_schema: Schema
+
+    def __init_subclass__(cls, *, metadata: Schema | None = None, spark_reader: str | None = None,
+                          **more: Any) -> None:
+        super().__init_subclass__(**more)
+        if metadata is not None:
+            cls.metadata = metadata
+        if spark_reader is not None:
+            cls.spark_data_source = f"headrace.connectors.spark_readers.{spark_reader}"
 
     def _assign(self, **values: Any) -> None:
         for name, value in values.items():
@@ -148,7 +183,7 @@ def keyed_json(df: Any, key: str | None, where: str) -> Any:
     return df.select(value, F.col(f"`{key}`").cast("string").alias("key"))
 
 
-class Sink(SinkConnector):
+class Sink(StepSink):
     """A message-system sink. ``bind`` gives a copy named after its step, which is what it
     publishes (and commits) under; its connection (``_connection``, the driver's) is not copied
     nor pickled."""
@@ -163,8 +198,5 @@ class Sink(SinkConnector):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_connection": None}
 
-    def bind(self, identity: str, defined_at: str = "") -> Self:
-        """A copy of this sink publishing and committing under ``identity`` (``headrace/spark/writer.py``)."""
-        bound = copy.copy(self)
-        bound._name, bound._step, bound._connection = identity, SinkStep(step_name(identity), defined_at), None
-        return bound
+    def _reset(self) -> None:
+        self._connection = None

@@ -21,18 +21,18 @@ them). Updates and deletes in the table stop the source, as in Spark, unless
 
 from __future__ import annotations
 
-import copy
 import glob
 import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from headrace.contract import CONTROL_COLUMN, Guarantee, SinkConnector, SourceConnector, SourceContext
+from headrace.connectors.base import StepSink
+from headrace.contract import CONTROL_COLUMN, Guarantee, SourceConnector, SourceContext
 from headrace.environment import jars
 from headrace.errors import PlanError, SinkError
 from headrace.schema import Schema, schema_of, to_ddl
-from headrace.sink_step import SinkStep, step_name
+from headrace.sink_step import SinkStep
 
 SEQUENCE_COLUMN = "_hr_row_order"  # the order of rows in a batch, so the last row of a key wins
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"  # Delta's session settings for a MERGE's marker
@@ -58,7 +58,7 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-class Delta(SinkConnector):
+class Delta(StepSink):
     """Write each batch into the Delta table at ``path`` (created by the first batch), exactly once.
 
     ``key``: column(s) identifying a row; with a key each batch is upserted (``MERGE``),
@@ -86,15 +86,6 @@ class Delta(SinkConnector):
     @property
     def name(self) -> str:
         return self._name or self.path
-
-    def bind(self, identity: str, defined_at: str = "") -> Delta:
-        """A copy of this sink committing under ``identity`` (see ``headrace/spark/writer.py``)."""
-        bound = copy.copy(self)
-        bound._name, bound._step = identity, SinkStep(step_name(identity), defined_at)
-        return bound
-
-    def _where(self) -> str:
-        return str(self._step or SinkStep(step_name(self.name)))
 
     def spark_packages(self) -> list[jars.Package]:
         return [jars.DELTA]

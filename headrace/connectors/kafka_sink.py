@@ -27,18 +27,18 @@ or, with ``format="raw"``, the row's ``value`` column as is; the key is the ``ke
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from headrace.connectors.base import StepSink
 from headrace.connectors.retry import Backoff, RetriesExhausted, retry, unreachable
-from headrace.contract import Guarantee, SinkConnector
+from headrace.contract import Guarantee
 from headrace.environment import jars
 from headrace.errors import PlanError, SetupError, SinkError
-from headrace.sink_step import SinkStep, step_name
+from headrace.sink_step import SinkStep
 
 DEFAULT_SERVERS = "127.0.0.1:9092"
 COMMITS_TOPIC = "headrace_sink_commits"
@@ -142,7 +142,7 @@ def transactional_id(identity: str) -> str:
     return "headrace-" + re.sub(r"[^A-Za-z0-9._-]", lambda m: "." if m.group() == "/" else "-", identity)
 
 
-class Kafka(SinkConnector):
+class Kafka(StepSink):
     """Write each batch to the Kafka topic ``topic``.
 
     ``servers``: the bootstrap servers. ``key``: the column(s) whose value is the record's
@@ -189,16 +189,6 @@ class Kafka(SinkConnector):
     @property
     def name(self) -> str:
         return self._name or self.topic
-
-    def bind(self, identity: str, defined_at: str = "") -> Kafka:
-        """A copy of this sink committing under ``identity`` (see ``headrace/spark/writer.py``)."""
-        bound = copy.copy(self)
-        bound._name, bound._step = identity, SinkStep(step_name(identity), defined_at)
-        bound._reset()
-        return bound
-
-    def _where(self) -> str:
-        return str(self._step or SinkStep(step_name(self.name)))
 
     def spark_packages(self) -> list[jars.Package]:
         return [] if self.exactly_once else [jars.KAFKA]

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.connectors import broker
 from headrace.connectors.avro_schema import avro_columns
 from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS, Guarantee, SourceConnector, SourceContext
 from headrace.environment import jars
@@ -46,13 +47,6 @@ METADATA = {
 }
 RAW_SCHEMA: Schema = (("key", "binary"), ("value", "binary"))
 _CORRUPT = "_hr_corrupt"  # from_json's column for a value it could not parse
-
-
-def _topics(topics: str | Sequence[str] | None) -> tuple[str, ...]:
-    if topics is None:
-        return ()
-    names = [t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics)]
-    return tuple(n for n in names if n)
 
 
 def _starting(starting: Any, where: str) -> str:
@@ -106,16 +100,13 @@ class Kafka(SourceConnector):
                  servers: str = DEFAULT_SERVERS, pattern: str | None = None, metadata: Sequence[str] = (),
                  starting: Any = "earliest", max_records_per_batch: int | None = None,
                  options: Mapping[str, Any] | None = None, avro_schema: str | None = None) -> None:
-        names = _topics(topics)
+        names = broker.name_list(topics)
         where = f"Kafka({', '.join(names) or pattern!r})"
         if bool(names) == bool(pattern):
             raise PlanError(f"{where}: give topics= or pattern=, not {'both' if names else 'neither'}")
-        if format not in FORMATS:
-            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
-        if format == "json" and schema is None:
-            raise PlanError(f"{where}: a json source needs schema=, e.g. schema='user string, amount long'")
-        if format == "raw" and schema is not None:
-            raise PlanError(f"{where}: a raw source has the columns key and value (bytes); drop schema=")
+        broker.check_format(where, format, FORMATS, schema,
+                            "a json source needs schema=, e.g. schema='user string, amount long'",
+                            "a raw source has the columns key and value (bytes)")
         if (format == "avro") != (avro_schema is not None):
             raise PlanError(f"{where}: " + ("an avro source needs avro_schema=, an Avro record schema in JSON"
                                             if format == "avro" else "avro_schema= goes with format='avro'"))
@@ -126,8 +117,7 @@ class Kafka(SourceConnector):
         unknown = [m for m in metadata if m not in METADATA]
         if unknown:
             raise PlanError(f"{where}: unknown metadata {unknown}; choose from {', '.join(METADATA)}")
-        if max_records_per_batch is not None and max_records_per_batch < 1:
-            raise PlanError(f"{where}: max_records_per_batch must be at least 1, got {max_records_per_batch}")
+        broker.check_batch_sizes(where, max_records_per_batch)
         set_field = object.__setattr__
         set_field(self, "topics", names)
         set_field(self, "pattern", pattern)

@@ -104,16 +104,23 @@ def _check_url(url: Any, where: str) -> None:
         raise PlanError(f"{where}: url {redact_dsn(str(url))!r} is not an mqtt://host:port URL")
 
 
+def _answer(client: Any, callback: str) -> tuple[threading.Event, list[Any]]:
+    """An event set when ``client`` calls its ``callback`` (``on_connect``, ``on_subscribe``), and a
+    list that then holds the broker's answer: the callback's reason code, or list of them."""
+    answered = threading.Event()
+    answer: list[Any] = []
+
+    def record(_client: Any, _userdata: Any, _flags_or_mid: Any, reason: Any, _properties: Any) -> None:
+        answer.append(reason)
+        answered.set()
+
+    setattr(client, callback, record)
+    return answered, answer
+
+
 def _connect(client: Any, url: str, properties: Any = None, clean_start: Any = True) -> None:
     """Connect ``client`` and wait for the broker's CONNACK; raises ConnectionError saying why."""
-    connected = threading.Event()
-    outcome: list[Any] = []
-
-    def on_connect(_client: Any, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
-        outcome.append(reason)
-        connected.set()
-
-    client.on_connect = on_connect
+    connected, outcome = _answer(client, "on_connect")
     parts = urlsplit(url)
     if parts.username:
         client.username_pw_set(parts.username, parts.password)
@@ -163,19 +170,12 @@ def session(url: str, client_id: str, topics: Sequence[str], expiry: int, on_mes
     properties.SessionExpiryInterval = expiry
     properties.ReceiveMaximum = RECEIVE_MAXIMUM
     _connect(client, url, properties, clean_start=False)
-    done = threading.Event()
-    granted: list[Any] = []
-
-    def on_subscribe(_client: Any, _userdata: Any, _mid: Any, reasons: Any, _properties: Any) -> None:
-        granted.extend(reasons)
-        done.set()
-
-    client.on_subscribe = on_subscribe
+    subscribed, granted = _answer(client, "on_subscribe")
     result, _ = client.subscribe([(topic, 1) for topic in topics])
-    if result != mqtt.MQTT_ERR_SUCCESS or not done.wait(CONNECT_TIMEOUT_S):
+    if result != mqtt.MQTT_ERR_SUCCESS or not subscribed.wait(CONNECT_TIMEOUT_S):
         client.loop_stop()
         raise ConnectionError(f"cannot subscribe to {', '.join(topics)} ({result})")
-    refused = [f"{topic} ({reason})" for topic, reason in zip(topics, granted) if reason.is_failure]
+    refused = [f"{topic} ({reason})" for topic, reason in zip(topics, granted[0]) if reason.is_failure]
     if refused:
         client.disconnect()
         client.loop_stop()
@@ -264,13 +264,8 @@ def decode(messages: list[dict[str, Any]], options: dict[str, str], schema: Sche
     yield from record_batches(arrow, columns, metadata, dead, [f"{m['topic']}#{m['seq']}" for m in messages])
 
 
-def _topics(topics: str | Sequence[str]) -> tuple[str, ...]:
-    names = [t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics)]
-    return tuple(n for n in names if n)
-
-
 @dataclass(frozen=True, init=False)
-class Mqtt(broker.Source):
+class Mqtt(broker.Source, metadata=METADATA, spark_reader="mqtt:MqttDataSource"):
     """Messages of MQTT topics (filters with ``+`` and ``#`` allowed), at least once.
 
     ``schema``: the JSON object's fields (``format="json"``); ``format="raw"`` gives the
@@ -282,8 +277,6 @@ class Mqtt(broker.Source):
     """
 
     guarantee = Guarantee.AT_LEAST_ONCE
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.mqtt:MqttDataSource"
 
     topics: tuple[str, ...]
     data_schema: Schema
@@ -296,16 +289,13 @@ class Mqtt(broker.Source):
     def __init__(self, topics: str | Sequence[str], *, schema: Any = None, url: str = DEFAULT_URL,
                  client_id: str | None = None, format: str = "json", session_expiry: int = SESSION_EXPIRY_S,
                  max_records_per_batch: int = DEFAULT_MAX_RECORDS) -> None:
-        names = _topics(topics) if isinstance(topics, (str, list, tuple)) else ()
+        names = broker.name_list(topics) if isinstance(topics, (str, list, tuple)) else ()
         where = f"Mqtt({', '.join(names)})"
         if not names:
             raise PlanError("Mqtt(): give at least one topic, e.g. Mqtt('sensors/+/temperature', schema=...)")
-        if format not in FORMATS:
-            raise PlanError(f"{where}: unknown format {format!r}; use one of {', '.join(FORMATS)}")
-        if format == "json" and schema is None:
-            raise PlanError(f"{where}: needs schema=, e.g. schema='device string, celsius double'")
-        if format == "raw" and schema is not None:
-            raise PlanError(f"{where}: format='raw' gives the payload's bytes as 'payload'; drop schema=")
+        broker.check_format(where, format, FORMATS, schema,
+                            "needs schema=, e.g. schema='device string, celsius double'",
+                            "format='raw' gives the payload's bytes as 'payload'")
         _check_url(url, where)
         if client_id is not None and (not isinstance(client_id, str) or not client_id):
             raise PlanError(f"{where}: client_id must be a non-empty string, got {client_id!r}")

@@ -65,7 +65,6 @@ from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches
 from headrace.contract import Guarantee, SourceContext
 from headrace.errors import PlanError, SinkError, SourceError
 from headrace.schema import Schema, to_ddl
-from headrace.sink_step import SinkStep, step_name
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 FORMATS = ("json", "raw")
@@ -111,13 +110,6 @@ def reason(exc: BaseException) -> str:
     if isinstance(exc, Unreachable):
         return text
     return f"{type(exc).__name__}: {text}" if text and type(exc).__name__ not in text else text or type(exc).__name__
-
-
-def _subjects(subjects: str | Sequence[str] | None) -> tuple[str, ...]:
-    if subjects is None:
-        return ()
-    names = [s.strip() for s in (subjects.split(",") if isinstance(subjects, str) else subjects)]
-    return tuple(n for n in names if n)
 
 
 def subject_matches(pattern: str, subject: str) -> bool:
@@ -291,7 +283,7 @@ def _check_url(where: str, url: str) -> None:
 
 
 @dataclass(frozen=True, init=False)
-class Nats(broker.Source):
+class Nats(broker.Source, metadata=METADATA, spark_reader="nats_jetstream:NatsDataSource"):
     """Messages of the JetStream stream ``stream`` at ``url``, read by stream sequence.
 
     ``subjects``: a subject filter (wildcards allowed), a comma-separated list or a list (None: every
@@ -303,9 +295,6 @@ class Nats(broker.Source):
     are). ``partition_records``: sequences per Spark partition at most. Exactly-once while the
     messages are kept.
     """
-
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.nats_jetstream:NatsDataSource"
 
     stream: str
     data_schema: Schema
@@ -325,7 +314,7 @@ class Nats(broker.Source):
                             f"got {stream!r}")
         stream = stream.strip()
         where = f"Nats({stream})"
-        filters = _subjects(subjects)
+        filters = broker.name_list(subjects)
         for subject in filters:
             if re.search(r"\s", subject) or "" in subject.split("."):
                 raise PlanError(f"{where}: {subject!r} is not a NATS subject filter (tokens separated by '.')")
@@ -422,9 +411,6 @@ class NatsSink(broker.Sink):
     @property
     def name(self) -> str:
         return self._name or self.subject
-
-    def _where(self) -> str:
-        return str(self._step or SinkStep(step_name(self.name)))
 
     def describe(self) -> dict[str, Any]:
         return {"type": "Nats", "subject": self.subject, "url": redact_dsn(self.url), "key": self.key,

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from headrace.connectors import postgres_commits as commits
 from headrace.connectors import postgres_staging as staging
-from headrace.connectors.base import redact_dsn, run_batch
+from headrace.connectors.base import check_sink_columns, redact_dsn, run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry, unreachable
 from headrace.contract import Guarantee, SinkConnector
@@ -68,15 +68,17 @@ PG_TYPES = {
 }
 
 
-def _psycopg() -> Any:
+def psycopg_module(needing: str = "the Postgres sink") -> Any:
+    """psycopg 3, imported when first used; without it, a SetupError saying that ``needing`` needs it."""
     try:
         import psycopg
     except ImportError:
-        raise SetupError("the Postgres sink needs psycopg 3: pip install 'psycopg[binary]'") from None
+        raise SetupError(f"{needing} needs psycopg 3: pip install 'psycopg[binary]'") from None
     return psycopg
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """A psycopg error's message (PostgreSQL's spans lines) on one line, fit for an error message."""
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -91,7 +93,7 @@ def transient(exc: BaseException) -> bool:
     deadlock (40001, 40P01), a lock timeout (55P03), too many connections (53300) or an I/O error (58). Not a
     canceled statement (57014), nor a connection refused for its settings (unknown
     database or role, failed authentication), nor any data or schema error."""
-    psycopg = _psycopg()
+    psycopg = psycopg_module()
     if not isinstance(exc, psycopg.OperationalError):
         return False
     state = exc.sqlstate
@@ -236,7 +238,7 @@ class Postgres(SinkConnector):
     # -- connection and retries -----------------------------------------------
 
     def _connect(self) -> Any:
-        psycopg = _psycopg()
+        psycopg = psycopg_module()
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
             return conn
@@ -246,14 +248,14 @@ class Postgres(SinkConnector):
             extra = {name: value for name, value in CONNECTION_DEFAULTS.items() if name not in given}
         except psycopg.Error as exc:
             raise SinkError(f"{self._where()}: the DSN {redact_dsn(self.dsn)!r} is not valid: "
-                            f"{_one_line(exc)}") from None
+                            f"{one_line(exc)}") from None
         try:
             conn = psycopg.connect(self.dsn, autocommit=True, **extra)
         except psycopg.Error as exc:
             if transient(exc):
                 raise
             raise SinkError(f"{self._where()}: cannot connect to PostgreSQL at {redact_dsn(self.dsn)}: "
-                            f"{_one_line(exc)}; check the DSN (database, user, password)") from None
+                            f"{one_line(exc)}; check the DSN (database, user, password)") from None
         self._conn = conn
         return conn
 
@@ -261,7 +263,7 @@ class Postgres(SinkConnector):
         """A connection, with the commit table in place."""
         conn = self._connect()
         if not self._commit_table_ready:
-            commits.ensure_table(conn, _psycopg().errors.UniqueViolation)
+            commits.ensure_table(conn, psycopg_module().errors.UniqueViolation)
             self._commit_table_ready = True
         return conn
 
@@ -278,7 +280,7 @@ class Postgres(SinkConnector):
     def _retrying(self, doing: str, action: Callable[[], T]) -> T:
         """``action()``, tried again on a new connection after each transient failure; a
         SinkError naming the step when it cannot be done."""
-        psycopg = _psycopg()
+        psycopg = psycopg_module()
         try:
             return retry(action, self.backoff, transient, on_retry=lambda _exc: self.close())
         except RetriesExhausted as out:
@@ -293,10 +295,10 @@ class Postgres(SinkConnector):
                         f"over {out.elapsed_s:.1f} s")
                 then = ("restart the pipeline once the cause is fixed (it goes on from its checkpoint, exactly "
                         "once), or let the sink wait longer with retries= and retry_backoff=")
-            raise SinkError(f"{self._where()}: {what}: {_one_line(out.last)}; gave up trying to {doing} at "
+            raise SinkError(f"{self._where()}: {what}: {one_line(out.last)}; gave up trying to {doing} at "
                             f"{redact_dsn(self.dsn)}; {then}") from None
         except psycopg.Error as exc:
-            raise SinkError(f"{self._where()}: cannot {doing}: {_one_line(exc)}") from None
+            raise SinkError(f"{self._where()}: cannot {doing}: {one_line(exc)}") from None
 
     def prepare(self, run_dir: str) -> None:
         """Before the query starts: connect, create the commit table, and
@@ -312,7 +314,7 @@ class Postgres(SinkConnector):
         named._step = step
         named._reset()
         columns = [field.name for field in schema.fields]
-        named._check_columns(columns)
+        check_sink_columns(named._where(), columns, self.key)
         types = named._column_types(schema)
         try:
             named._retrying(f"check table {self.table!r} against the stream's columns",
@@ -321,7 +323,7 @@ class Postgres(SinkConnector):
             named.close()
 
     def _check_table_schema(self, where: str, schema: Any, types: tuple[str, ...]) -> None:
-        psycopg = _psycopg()
+        psycopg = psycopg_module()
         from psycopg import sql
 
         conn = self._connect()
@@ -368,7 +370,7 @@ class Postgres(SinkConnector):
 
     def write_batch(self, df: Any, batch_id: int) -> None:
         columns = list(df.columns)
-        self._check_columns(columns)
+        check_sink_columns(self._where(), columns, self.key)
         if self.is_committed(batch_id):  # (the dispatcher asks committed() first; this is for direct calls)
             run_batch(df)  # a replay: write nothing, but read the batch, as Spark needs to commit its state
             return
@@ -396,7 +398,7 @@ class Postgres(SinkConnector):
     def _write_once(self, batch_id: int, columns: list[str], schema: Any, stage: staging.Stage, rows: int) -> None:
         """One attempt: claim the batch id, check the table, move the staged rows, commit; then
         drop the staging table."""
-        psycopg = _psycopg()
+        psycopg = psycopg_module()
         from psycopg import sql
 
         conn = self._ready()
@@ -414,7 +416,7 @@ class Postgres(SinkConnector):
                     self._move(conn, columns, stage)
         except psycopg.errors.InvalidColumnReference as exc:
             raise SinkError(f"{self._where()}: batch {batch_id}: table {self.table!r} has no primary key or unique "
-                            f"index on {list(self.key)} ({_one_line(exc)}); add one or change key=") from None
+                            f"index on {list(self.key)} ({one_line(exc)}); add one or change key=") from None
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(stage.name)))
         if rows:
             self._has_rows = True
@@ -467,15 +469,6 @@ class Postgres(SinkConnector):
 
     # -- the target table --------------------------------------------------------
 
-    def _check_columns(self, columns: list[str]) -> None:
-        if len(set(columns)) != len(columns):
-            twice = sorted({c for c in columns if columns.count(c) > 1})
-            raise SinkError(f"{self._where()}: the stream has columns named twice: {twice}; rename them")
-        missing = [k for k in self.key if k not in columns]
-        if missing:
-            raise SinkError(f"{self._where()}: key column(s) {missing} are not in the stream's columns "
-                            f"{columns}; fix key= or add the columns")
-
     def _column_types(self, schema: Any) -> tuple[str, ...]:
         """The PostgreSQL type of each of the stream's columns (``pg_type``)."""
         types = []
@@ -500,7 +493,7 @@ class Postgres(SinkConnector):
             sql.Identifier(*_table_parts(self.table)), sql.SQL(", ").join(definitions)))
 
     def _check_target(self, conn: Any, columns: list[str]) -> None:
-        psycopg = _psycopg()
+        psycopg = psycopg_module()
         from psycopg import sql
 
         try:

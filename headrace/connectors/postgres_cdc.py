@@ -42,15 +42,15 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from headrace.connectors import broker
+from headrace.connectors import broker, postgres
 from headrace.connectors.base import redact_dsn
 from headrace.connectors.file_formats.jsonl import JSON_CONVERTERS
 from headrace.connectors.file_formats.reader import batch_schema
 from headrace.connectors.file_formats.values import BadValue, convert_values, iso_us
 from headrace.connectors.payloads import data_batch, dead_letter_batch
-from headrace.connectors.postgres import DEFAULT_DSN
+from headrace.connectors.postgres import DEFAULT_DSN, one_line
 from headrace.contract import SourceContext
-from headrace.errors import PlanError, SetupError, SourceError
+from headrace.errors import PlanError, SourceError
 from headrace.schema import Schema, arrow_type, schema_of, to_ddl
 
 PLUGIN = "wal2json"
@@ -104,15 +104,7 @@ def wal_level_message(where: str, level: str, dsn: str) -> str:
 
 
 def psycopg_module() -> Any:
-    try:
-        import psycopg
-    except ImportError:
-        raise SetupError("the PostgresChanges source needs psycopg 3: pip install 'psycopg[binary]'") from None
-    return psycopg
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return postgres.psycopg_module("the PostgresChanges source")
 
 
 def postgres_connect(dsn: str, where: str, autocommit: bool = True) -> Any:
@@ -120,7 +112,7 @@ def postgres_connect(dsn: str, where: str, autocommit: bool = True) -> Any:
     try:
         return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.Error as exc:
-        raise SourceError(f"{where}: cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_one_line(exc)}") from None
+        raise SourceError(f"{where}: cannot connect to PostgreSQL at {redact_dsn(dsn)}: {one_line(exc)}") from None
 
 
 def _qualified(table: str) -> tuple[str, str]:
@@ -134,7 +126,7 @@ def _plugin_options(tables: Sequence[str]) -> list[str]:
 
 
 def slot_error(where: str, slot: str, dsn: str, doing: str, exc: BaseException) -> SourceError:
-    text = _one_line(exc)
+    text = one_line(exc)
     if "wal_level" in text:
         return SourceError(wal_level_message(where, "not logical", dsn) + f" ({text})")
     return SourceError(f"{where}: PostgreSQL at {redact_dsn(dsn)}: {doing} the replication slot {slot!r}: {text}")
@@ -197,7 +189,7 @@ def ensure_slot(conn: Any, where: str, dsn: str, slot: str) -> str:
         except psycopg.Error as exc:
             if PLUGIN in str(exc):
                 raise SourceError(f"{where}: PostgreSQL at {redact_dsn(dsn)}: cannot create the replication slot "
-                                  f"{slot!r}: {_one_line(exc)} (is the {PLUGIN} plugin installed? run "
+                                  f"{slot!r}: {one_line(exc)} (is the {PLUGIN} plugin installed? run "
                                   "scripts/postgres_logical.sh)") from None
             raise slot_error(where, slot, dsn, "cannot create", exc) from None
         finally:
@@ -356,13 +348,6 @@ class ChangeDecoder:
 # ----------------------------------------------------------------------------------------
 # The connector.
 
-def _tables(tables: str | Sequence[str] | None) -> tuple[str, ...]:
-    if tables is None:
-        return ()
-    names = [t.strip() for t in (tables.split(",") if isinstance(tables, str) else tables)]
-    return tuple(n for n in names if n)
-
-
 def _merged_schema(schema: Any, tables: tuple[str, ...], where: str) -> Schema:
     """One schema from ``schema``: one for every table, or ``{table: schema}`` merged (a column
     named in several tables must have one type)."""
@@ -381,7 +366,7 @@ def _merged_schema(schema: Any, tables: tuple[str, ...], where: str) -> Schema:
 
 
 @dataclass(frozen=True, init=False)
-class PostgresChanges(broker.Source):
+class PostgresChanges(broker.Source, metadata=METADATA, spark_reader="postgres_cdc:PostgresChangesDataSource"):
     """The inserts, updates and deletes of PostgreSQL tables, from a logical replication slot.
 
     ``tables``: a table, a comma-separated list or a list (``"orders"`` is ``public.orders``;
@@ -393,9 +378,6 @@ class PostgresChanges(broker.Source):
     (None: all there are). Exactly-once while the slot lives; see the module's docstring.
     """
 
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.postgres_cdc:PostgresChangesDataSource"
-
     tables: tuple[str, ...]
     data_schema: Schema
     dsn: str
@@ -404,7 +386,7 @@ class PostgresChanges(broker.Source):
 
     def __init__(self, tables: str | Sequence[str], *, dsn: str = DEFAULT_DSN, slot: str | None = None,
                  schema: Any = None, max_records_per_batch: int | None = None) -> None:
-        names = _tables(tables)
+        names = broker.name_list(tables)
         where = f"PostgresChanges({', '.join(names)})"
         if not names:
             raise PlanError("PostgresChanges(): give at least one table, e.g. PostgresChanges('orders')")

@@ -64,7 +64,6 @@ from headrace.connectors.payloads import Dead, PayloadDecoder, record_batches, t
 from headrace.contract import Guarantee, SourceContext
 from headrace.errors import PlanError, SinkError, SourceError
 from headrace.schema import Schema, to_ddl
-from headrace.sink_step import SinkStep, step_name
 
 T = TypeVar("T")
 
@@ -315,7 +314,7 @@ def _check_stream(where: str, stream: Any) -> str:
 
 
 @dataclass(frozen=True, init=False)
-class RabbitMQ(broker.Source):
+class RabbitMQ(broker.Source, metadata=METADATA, spark_reader="rabbitmq_streams:RabbitMQDataSource"):
     """The messages of the RabbitMQ stream ``stream``, read over the stream protocol from ``url``.
 
     ``format``: "json" (the payload is a JSON object) or "raw" (the payload is the schema's one
@@ -327,9 +326,6 @@ class RabbitMQ(broker.Source):
     ``partition_records``: offsets per Spark partition at most. Exactly-once while the messages
     are kept (see the module's docstring).
     """
-
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.rabbitmq_streams:RabbitMQDataSource"
 
     stream: str
     data_schema: Schema
@@ -439,9 +435,6 @@ class RabbitMQSink(broker.Sink):
     @property
     def reference(self) -> str:
         return publisher_reference(self.name)
-
-    def _where(self) -> str:
-        return str(self._step or SinkStep(step_name(self.name)))
 
     def describe(self) -> dict[str, Any]:
         return {"type": "RabbitMQ", "stream": self.stream, "url": redact_dsn(self.url), "key": self.key,

@@ -35,16 +35,15 @@ transaction must share a slot).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any, TypeVar
 
-from headrace.connectors.base import redact_dsn, run_batch
+from headrace.connectors.base import StepSink, check_sink_columns, redact_dsn, run_batch
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry
-from headrace.contract import Guarantee, SinkConnector
+from headrace.contract import Guarantee
 from headrace.errors import PlanError, SetupError, SinkError
-from headrace.sink_step import SinkStep, step_name
+from headrace.sink_step import SinkStep
 
 T = TypeVar("T")
 
@@ -94,7 +93,7 @@ def _keys(key: str | Sequence[str] | None, where: str) -> tuple[str, ...]:
     return keys
 
 
-class Redis(SinkConnector):
+class Redis(StepSink):
     """Write each batch to Redis at ``url``, exactly once: give either ``stream`` (append the
     rows as stream entries) or ``key_prefix`` and ``key`` (upsert each row as the hash
     ``<key_prefix>:<key values>``).
@@ -158,14 +157,8 @@ class Redis(SinkConnector):
     def commits_key(self) -> str:
         return COMMITS_PREFIX + self.name
 
-    def bind(self, identity: str, defined_at: str = "") -> Redis:
-        """A copy of this sink committing under ``identity`` (see ``headrace/spark/writer.py``)."""
-        bound = copy.copy(self)
-        bound._name, bound._step, bound._client = identity, SinkStep(step_name(identity), defined_at), None
-        return bound
-
-    def _where(self) -> str:
-        return str(self._step or SinkStep(step_name(self.name)))
+    def _reset(self) -> None:
+        self._client = None
 
     def describe(self) -> dict[str, Any]:
         mode = {"stream": self.stream, "format": self.format} if self.stream is not None else \
@@ -233,13 +226,7 @@ class Redis(SinkConnector):
         from pyspark.sql import types
 
         columns = list(df.columns)
-        if len(set(columns)) != len(columns):
-            twice = sorted({c for c in columns if columns.count(c) > 1})
-            raise SinkError(f"{self._where()}: the stream has columns named twice: {twice}; rename them")
-        missing = [k for k in self.key if k not in columns]
-        if missing:
-            raise SinkError(f"{self._where()}: key column(s) {missing} are not in the stream's columns {columns}; "
-                            "fix key= or add the columns")
+        check_sink_columns(self._where(), columns, self.key)
         if self.stream is not None and self.format == "json":
             return df.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns])).alias(DATA_FIELD))
 

@@ -82,13 +82,6 @@ def entry_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def _streams(streams: str | Sequence[str] | None) -> tuple[str, ...]:
-    if streams is None:
-        return ()
-    names = [s.strip() for s in (streams.split(",") if isinstance(streams, str) else streams)]
-    return tuple(n for n in names if n)
-
-
 def redis_client(url: str) -> Any:
     redis = broker.client_library("redis", "the Redis source needs", "redis", "redis>=5")
     return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=60, decode_responses=False)
@@ -152,7 +145,7 @@ class EntryDecoder:
 
 
 @dataclass(frozen=True, init=False)
-class Redis(broker.Source):
+class Redis(broker.Source, metadata=METADATA, spark_reader="redis_streams:RedisDataSource"):
     """Entries of Redis streams, read with ``XRANGE`` from ``url``.
 
     ``streams``: a stream name, a comma-separated list or a list. ``format``: "json" (the entry's
@@ -164,9 +157,6 @@ class Redis(broker.Source):
     there are). ``partition_records``: entries per Spark partition at most (a stream's range is
     split beyond it). Exactly-once while the entries are kept.
     """
-
-    metadata = METADATA
-    spark_data_source = "headrace.connectors.spark_readers.redis_streams:RedisDataSource"
 
     streams: tuple[str, ...]
     data_schema: Schema
@@ -181,7 +171,7 @@ class Redis(broker.Source):
                  field: str = "data", start: str = "earliest",
                  max_records_per_batch: int | None = DEFAULT_MAX_RECORDS,
                  partition_records: int = PARTITION_RECORDS) -> None:
-        names = _streams(streams)
+        names = broker.name_list(streams)
         where = f"Redis({', '.join(names)})"
         if not names:
             raise PlanError("Redis(): give at least one stream name, e.g. Redis('clicks', schema=...)")

@@ -13,7 +13,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, NoReturn
 
@@ -145,6 +146,19 @@ def _same_stream(sinks: list[SinkNode]) -> Any:
     return dispatch
 
 
+@contextmanager
+def _batch_lowering(plan: Plan, df: DataFrame, run_dir: str) -> Iterator[Lowering]:
+    """A ``Lowering`` for one micro-batch, ``df`` (persisted); when it is done, the frames it
+    cached and ``df`` are unpersisted."""
+    per_batch = Lowering(plan, df.sparkSession, run_dir)
+    try:
+        yield per_batch
+    finally:
+        for cached in per_batch.cached:
+            cached.unpersist()
+        df.unpersist()
+
+
 def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str,
                checkpoint: str | None = None) -> tuple[DataFrame, Any]:
     """The query runs up to ``root``, the stream every sink and operator descends from; each
@@ -169,17 +183,12 @@ def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode],
 
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
-        per_batch = Lowering(plan, df.sparkSession, run_dir)
-        per_batch.batch_id, per_batch.checkpoint = batch_id, checkpoint
-        try:
+        with _batch_lowering(plan, df, run_dir) as per_batch:
+            per_batch.batch_id, per_batch.checkpoint = batch_id, checkpoint
             per_batch.seed(root, df)
             for name in operators:  # every window runs and saves its state, even when the sinks have the batch
                 per_batch.frame(name)
             _deliver(sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
-        finally:
-            for cached in per_batch.cached:
-                cached.unpersist()
-            df.unpersist()
     return stream, dispatch
 
 
@@ -195,13 +204,8 @@ def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str)
 
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
-        per_batch = Lowering(plan, df.sparkSession, run_dir)
-        try:
+        with _batch_lowering(plan, df, run_dir) as per_batch:
             for index, root in enumerate(roots):
                 per_batch.seed(root, df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"))
             _deliver(sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
-        finally:
-            for cached in per_batch.cached:
-                cached.unpersist()
-            df.unpersist()
     return packed, dispatch

@@ -15,7 +15,8 @@ from headrace.schema import Schema
 
 
 class Reader(datasource.DataSourceStreamReader):
-    """A message-system source's reader, made from the options its connector wrote.
+    """A message-system source's reader, made from the options its connector wrote; a subclass
+    names the source when the options name none: ``class NatsStreamReader(Reader, default_name="nats")``.
 
     ``latestOffset`` is the start while the stop file exists (the run drains), else
     ``end_offset(start, cap)``. The offsets are positions the server keeps, so ``commit`` has
@@ -23,6 +24,10 @@ class Reader(datasource.DataSourceStreamReader):
 
     default_name: ClassVar[str]  # the source's name when the options give none
     adaptive: ClassVar[bool] = False  # the runtime's adaptive admission caps its batches
+
+    def __init_subclass__(cls, *, default_name: str, **more: Any) -> None:
+        super().__init_subclass__(**more)
+        cls.default_name = default_name
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -54,7 +59,8 @@ class Reader(datasource.DataSourceStreamReader):
 
 
 class PositionRange(datasource.InputPartition):
-    """The positions after ``after`` up to ``upto`` (inclusive): what one Spark task reads."""
+    """The positions after ``after`` up to ``upto`` (inclusive): what one Spark task reads (NATS
+    stream sequences, RabbitMQ stream offsets, the commit LSNs of a PostgreSQL slot)."""
 
     def __init__(self, after: Any, upto: Any) -> None:
         super().__init__((after, upto))

@@ -54,10 +54,7 @@ class FileStreamReader(DataSourceStreamReader):
         return {"files": []}
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if start.get(FLUSHED):
-            self._exhausted()
-            return start
-        if stop_requested(self.options):
+        if self._exhausted.past_flush(start) or stop_requested(self.options):
             return start
         try:
             names = list_files(self.path)
@@ -98,9 +95,6 @@ class FileStreamReader(DataSourceStreamReader):
             yield flush_batch(batch_schema(self.schema, self.dead_letters))
             return
         yield from READERS[self.format](self.options, self.schema, partition.path).read()
-
-    def commit(self, end: dict) -> None:
-        pass
 
 
 class FileDataSource(DataSource):

@@ -62,10 +62,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
         return {"offset": 0, "start_ms": self.start_ms}
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if start.get(FLUSHED):
-            self._exhausted()
-            return start
-        if stop_requested(self.options):
+        if self._exhausted.past_flush(start) or stop_requested(self.options):
             return start
         produced, start_ms = int(start["offset"]), int(start["start_ms"])
         max_rows = getattr(limit, "max_rows", None)
@@ -112,9 +109,6 @@ class GeneratorStreamReader(DataSourceStreamReader):
             yield generate(self.kind, lo, hi, seed=self.seed, start_ms=partition.start_ms, rate=self.rate)
         if partition.flush:
             yield flush_batch(batch_schema(self.kind))
-
-    def commit(self, end: dict) -> None:
-        pass
 
 
 class GeneratorDataSource(DataSource):

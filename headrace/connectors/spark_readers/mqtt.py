@@ -40,9 +40,7 @@ class SpooledMessages(InputPartition):
         self.messages = messages
 
 
-class MqttStreamReader(spark_broker.Reader):
-    default_name = "mqtt"
-
+class MqttStreamReader(spark_broker.Reader, default_name="mqtt"):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.url = options.get("url", DEFAULT_URL)

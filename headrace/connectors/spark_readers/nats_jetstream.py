@@ -11,45 +11,30 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from headrace.connectors import nats_jetstream as nats
 from headrace.connectors.base import redact_dsn
-from headrace.connectors.nats_jetstream import (
-    DEFAULT_URL,
-    METADATA,
-    PARTITION_RECORDS,
-    MessageDecoder,
-    RangeReader,
-    micros,
-    reason,
-    stream_state,
-)
 from headrace.connectors.spark_readers import broker as spark_broker
 from headrace.errors import SourceError
 
 # ----------------------------------------------------------------------------------------
 # Spark Python data source.
 
-class SequenceRange(spark_broker.PositionRange):
-    """The sequences of a stream after ``after`` up to ``upto`` (inclusive)."""
-
-
-class NatsStreamReader(spark_broker.Reader):
-    default_name = "nats"
-
+class NatsStreamReader(spark_broker.Reader, default_name="nats"):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.stream = options.get("stream", "")
         self.subjects: tuple[str, ...] = tuple(json.loads(options.get("subjects", "[]")))
-        self.url = options.get("url", DEFAULT_URL)
+        self.url = options.get("url", nats.DEFAULT_URL)
         self.start = options.get("start", "earliest")
-        self.partition_records = int(options.get("partition_records", PARTITION_RECORDS))
+        self.partition_records = int(options.get("partition_records", nats.PARTITION_RECORDS))
         self._initial: dict[str, int] | None = None
 
     def _failed(self, doing: str, exc: BaseException) -> SourceError:
-        return SourceError(f"source {self.source!r}: NATS at {redact_dsn(self.url)}: {doing}: {reason(exc)}")
+        return SourceError(f"source {self.source!r}: NATS at {redact_dsn(self.url)}: {doing}: {nats.reason(exc)}")
 
     def _state(self) -> Any:
         """The stream's state (first and last sequence)."""
-        return stream_state(self.url, self.source, self.stream)
+        return nats.stream_state(self.url, self.source, self.stream)
 
     def initialOffset(self) -> dict:
         # Spark calls this twice for a new query: "latest" must not move in between.
@@ -66,12 +51,12 @@ class NatsStreamReader(spark_broker.Reader):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         spans = spark_broker.split_range(int(start["seq"]), int(end["seq"]), self.partition_records)
-        return [SequenceRange(after, upto) for after, upto in spans]
+        return [spark_broker.PositionRange(after, upto) for after, upto in spans]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SequenceRange)
-        decoder = MessageDecoder(self.options, self.schema, self.stream)
-        reader = RangeReader(self.url, self.stream, self.subjects, partition.after, partition.upto, self.source)
+        assert isinstance(partition, spark_broker.PositionRange)
+        decoder = nats.MessageDecoder(self.options, self.schema, self.stream)
+        reader = nats.RangeReader(self.url, self.stream, self.subjects, partition.after, partition.upto, self.source)
         loop = asyncio.new_event_loop()
         try:
             loop.run_until_complete(reader.open())
@@ -81,12 +66,12 @@ class NatsStreamReader(spark_broker.Reader):
                     metas = [m.metadata for m in messages]
                     yield from decoder.batches([m.data for m in messages], [m.subject for m in messages],
                                                [meta.sequence.stream for meta in metas],
-                                               [micros(meta.timestamp) for meta in metas])
+                                               [nats.micros(meta.timestamp) for meta in metas])
         finally:
             loop.run_until_complete(reader.close())
             loop.close()
 
 
 class NatsDataSource(spark_broker.DataSource, short_name="headrace_nats", reader=NatsStreamReader,
-                     metadata=METADATA):
+                     metadata=nats.METADATA):
     """Spark data source ``headrace_nats``; options as produced by ``Nats.options()``."""

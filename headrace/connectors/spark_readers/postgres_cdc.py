@@ -39,13 +39,7 @@ from headrace.errors import SourceError
 # ----------------------------------------------------------------------------------------
 # Spark Python data source.
 
-class LsnRange(spark_broker.PositionRange):
-    """The changes of the transactions committed in (after, upto]."""
-
-
-class ChangesReader(spark_broker.Reader):
-    default_name = "changes"
-
+class ChangesReader(spark_broker.Reader, default_name="changes"):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.tables: list[str] = json.loads(options.get("tables", "[]"))
@@ -125,10 +119,10 @@ class ChangesReader(spark_broker.Reader):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         if lsn_int(end["lsn"]) <= lsn_int(start["lsn"]):
             return []
-        return [LsnRange(start["lsn"], end["lsn"])]
+        return [spark_broker.PositionRange(start["lsn"], end["lsn"])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LsnRange)
+        assert isinstance(partition, spark_broker.PositionRange)
         psycopg = psycopg_module()
         after, upto = lsn_int(partition.after), lsn_int(partition.upto)
         conn = postgres_connect(self.dsn, self.where, autocommit=False)

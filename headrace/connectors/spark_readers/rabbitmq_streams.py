@@ -34,12 +34,7 @@ from headrace.errors import SourceError
 # ----------------------------------------------------------------------------------------
 # Spark Python data source.
 
-class OffsetRange(spark_broker.PositionRange):
-    """The stream's offsets after ``after`` up to ``upto`` (inclusive)."""
-
-
-class RabbitMQStreamReader(spark_broker.Reader):
-    default_name = "rabbitmq"
+class RabbitMQStreamReader(spark_broker.Reader, default_name="rabbitmq"):
     adaptive = True
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -88,10 +83,10 @@ class RabbitMQStreamReader(spark_broker.Reader):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         first, last = int(start.get("offset", -1)), int(end.get("offset", -1))
         spans = spark_broker.split_range(first, last, self.partition_records)
-        return [OffsetRange(after, upto) for after, upto in spans]
+        return [spark_broker.PositionRange(after, upto) for after, upto in spans]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        assert isinstance(partition, spark_broker.PositionRange)
         rstream_module()
         loop = asyncio.new_event_loop()
         decoder = MessageDecoder(self.options, self.schema, self.stream)
@@ -133,7 +128,7 @@ class RabbitMQStreamReader(spark_broker.Reader):
         except Exception as exc:  # noqa: BLE001
             raise source_failed(self.source, self.url, doing, exc) from None
 
-    async def _next(self, subscription: Subscription, partition: OffsetRange) -> Any:
+    async def _next(self, subscription: Subscription, partition: spark_broker.PositionRange) -> Any:
         try:
             return await subscription.next_chunk(READ_IDLE_S)
         except TimeoutError:

@@ -37,8 +37,7 @@ class StreamRange(InputPartition):
         self.stream, self.after, self.upto = stream, after, upto
 
 
-class RedisStreamReader(spark_broker.Reader):
-    default_name = "redis"
+class RedisStreamReader(spark_broker.Reader, default_name="redis"):
     adaptive = True
 
     def __init__(self, options: dict[str, str]) -> None:

@@ -162,8 +162,7 @@ class SocketStreamReader(DataSourceStreamReader):
         return {"lines": 0}
 
     def latestOffset(self, start: dict, limit: Any = None) -> dict:
-        if start.get(FLUSHED):
-            self._exhausted()
+        if self._exhausted.past_flush(start):
             return start
         if self._receiver is None:
             self._start(int(start["lines"]))
