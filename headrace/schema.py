@@ -23,6 +23,7 @@ import pyarrow as pa
 from headrace.errors import PlanError
 
 Schema = tuple[tuple[str, str], ...]
+UNKNOWN = "unknown"  # a field whose type the plan cannot tell without Spark
 
 TYPE_ALIASES = {
     "string": "string", "str": "string",

@@ -182,6 +182,29 @@ def test_two_stage_windows_prints_what_docs_windows_md_shows(spark, capsys):
     ]
 
 
+def test_auction_bids_prints_what_docs_joins_md_shows_and_a_model_computes(spark, capsys):
+    """examples/auction_bids.py, run as a script, prints the output docs/joins.md shows, which a
+    plain-Python join and count of the example's records gives too."""
+    import runpy
+
+    namespace = runpy.run_path(str(ROOT / "examples" / "auction_bids.py"), run_name="__main__")
+    printed = [line for line in capsys.readouterr().out.splitlines() if "takings=" in line]
+    doc = (ROOT / "docs" / "joins.md").read_text()
+    shown = doc.split("`python examples/auction_bids.py` prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert printed == shown.splitlines()
+    auctions = [a for batch in namespace["auctions"].steps[:2] for a in batch]
+    totals: dict[tuple[int, str], list[int]] = {}
+    for batch in namespace["bids"].steps[:2]:
+        for bid in batch:
+            for auction in auctions:
+                if auction["id"] == bid["auction"] and -3_600_000 <= auction["opened"] - bid["at"] <= 0:
+                    entry = totals.setdefault((bid["at"] // 60_000, auction["seller"]), [0, 0])
+                    entry[0] += 1
+                    entry[1] += bid["price"]
+    assert printed == [f"{seller} [00:{minute:02}, 00:{minute + 1:02}) bids={n} takings={total}"
+                       for (minute, seller), (n, total) in sorted(totals.items())]
+
+
 # -- every python block of the README and docs/ ---------------------------------------------------
 # A ```python block is a complete program unless the line before it is <!-- fragment --> (docs/testing.md).
 # A complete block is loaded as `headrace explain FILE` loads a file: its pipeline is built and checked,

@@ -13,6 +13,7 @@ from typing import Any
 
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
 from headrace.api.operator_dag import add_operator, add_stream
+from headrace.api.stream_joins import stream_join
 from headrace.code_locations import function_label, user_location
 from headrace.contract import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
@@ -39,7 +40,7 @@ from headrace.plan.nodes import (
     WindowAggregateNode,
 )
 from headrace.process import KeyedProcessFunction, check_process_function
-from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, Schema, is_record_class, schema_of
+from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, UNKNOWN, Schema, is_record_class, schema_of
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
 from headrace.spark.specs import check_sink_takes_updates, updating_step
@@ -47,7 +48,6 @@ from headrace.spark.stages import check_stage, why_no_event_time
 from headrace.triggers import AfterWatermark, Emission, Trigger
 from headrace.windows import Count, Global, WindowShape
 
-UNKNOWN = "unknown"
 NUMERIC_TYPES = ("int", "long", "float", "double")
 DEAD_LETTER_SCHEMA: Schema = (("source", "string"), ("position", "string"), ("raw", "string"), ("error", "string"))
 
@@ -480,10 +480,22 @@ class Stream:
         keys = self.keys if isinstance(self, KeyedStream) else ()
         return WindowedStream(self, shape, keys, name, user_location(), emission)
 
-    def join(self, table: Table, on: str | list[str], *, how: str = "inner", name: str | None = None) -> Stream:
-        """Enrich each record with the row of a static table that has the same ``on`` fields."""
+    def join(self, other: Table | Stream, on: Any, *, how: str = "inner", within: Any = None, window: Any = None,
+             name: str | None = None) -> Stream:
+        """Enrich each record with the row of a static table that has the same ``on`` fields, or
+        join with another stream (``how``: inner, left, right or full) bounded in event time:
+        ``within=(lower, upper)``, the right record's event time minus the left's (an interval
+        join), or ``window=hr.Tumbling(...)`` (both in the same window). See docs/joins.md."""
         step = self.pipeline._name(name, "join")
         where = user_location()
+        if isinstance(other, Stream):
+            if other.pipeline is not self.pipeline:
+                raise self._fail(step, where, f"stream {other.node.name!r} belongs to another pipeline")
+            return self._stage(stream_join(self.node, other.node, on, how, within, window, step, where))
+        table = other
+        if within is not None or window is not None:
+            raise self._fail(step, where, "within= and window= bound a join of two streams; a join with a table "
+                                          "needs neither")
         if not isinstance(table, Table):
             raise self._fail(step, where, f"join needs a table from pipeline.table(...), got {type(table).__name__}")
         if how not in ("inner", "left"):

@@ -21,7 +21,7 @@ from headrace.expr import Expr
 from headrace.process import declared_state
 from headrace.schema import Schema
 from headrace.triggers import Emission
-from headrace.windows import WindowShape
+from headrace.windows import Tumbling, WindowShape
 
 # The event time of a stateful step's results (a window's end − 1 µs, a process step's emit
 # time), in a column no schema shows: it lets the results feed a later stateful step, and is
@@ -235,6 +235,37 @@ class JoinNode(Node):
 
     def summary(self) -> str:
         return f"{self.how} join with table {self.inputs[1]!r} on {', '.join(self.on)}"
+
+
+JOIN_WINDOW_FIELDS = ("window_start", "window_end")  # the fields a window join adds
+
+
+@dataclass(frozen=True)
+class StreamJoinNode(Node):
+    """Two streams joined on equal keys, bounded in event time (inputs: left, right): an
+    interval join (the right record's time within ``[left + lower_ms, left + upper_ms]``) or,
+    with ``window``, a window join (both records in the same tumbling window). The output has
+    the left record's fields, then the right's (a key of the same name on both sides once)."""
+
+    kind: ClassVar[str] = "stream_join"
+    left_on: tuple[str, ...] = ()
+    right_on: tuple[str, ...] = ()
+    how: str = "inner"  # inner, left, right or full
+    lower_ms: int = 0
+    upper_ms: int = 0
+    window: Tumbling | None = field(default=None, compare=False)
+
+    def params(self) -> dict[str, Any]:
+        bound: dict[str, Any] = ({"window": self.window.to_json()} if self.window is not None
+                                 else {"within_ms": [self.lower_ms, self.upper_ms]})
+        return {"left_on": list(self.left_on), "right_on": list(self.right_on), "how": self.how, **bound}
+
+    def summary(self) -> str:
+        keys = ", ".join(a if a == b else f"{a} = {b}" for a, b in zip(self.left_on, self.right_on))
+        bound = (f"in the same {self.window}" if self.window is not None else
+                 f"right time within [{describe_millis(self.lower_ms)}, {describe_millis(self.upper_ms)}] "
+                 "of the left's")
+        return f"{self.how} join of {self.inputs[0]!r} with stream {self.inputs[1]!r} on {keys}, {bound}"
 
 
 @dataclass(frozen=True)

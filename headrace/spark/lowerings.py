@@ -13,6 +13,7 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node
 from headrace.spark import stateless
 from headrace.spark.clocks import spark_ttl
+from headrace.spark.join_lowering import SPARK_HOW, lower_stream_join
 from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
 from headrace.spark.process_lowering import lower_process
 from headrace.spark.rolling import lower_rolling
@@ -73,6 +74,11 @@ def _rolling_lowered_as(plan: Plan, node: Any) -> str:
     return "stateful processor (applyInPandasWithState), update mode"
 
 
+def _stream_join_lowered_as(plan: Plan, node: Any) -> str:
+    return (f"native Spark stream-stream join ({SPARK_HOW[node.how]}, both sides kept in the state store "
+            "until the watermark passes their bound)")
+
+
 def _window_lowered_as(plan: Plan, node: Any) -> str:
     reasons = window_needs_processor(plan, node)
     if reasons:
@@ -95,6 +101,7 @@ LOWERINGS: dict[type[Node], KindLowering] = {
     nodes.LateRecordsNode: KindLowering(lower_late_records, "the window processor's late side output"),
     nodes.KeyedProcessNode: KindLowering(lower_process, _process_lowered_as),
     nodes.JoinNode: KindLowering(stateless.lower_join, "native stream-static join (broadcast)"),
+    nodes.StreamJoinNode: KindLowering(lower_stream_join, _stream_join_lowered_as),
     nodes.UnionNode: KindLowering(stateless.lower_union, "native union"),
     nodes.DeadLettersNode: KindLowering(stateless.lower_dead_letters,
                                         "native filter of the source's dead-letter columns"),

@@ -253,6 +253,15 @@ _SPECS: dict[type[Node], NodeSpec] = {
         real_time=lambda plan, node, where: f"{where} is a process step (transformWithStateInPandas), {OUTSIDE}",
         restart_label=lambda node: "process step", compare_state=state_changes.compare_process),
     nodes.JoinNode: NodeSpec(per_batch=True, pushes_filter=lambda node: True),  # its inferred not-null filters
+    nodes.StreamJoinNode: NodeSpec(
+        stateful=True, output_mode=lambda node: "append", reads_watermark=True,
+        pushes_filter=lambda node: True,  # the not-null filters Spark infers from its keys
+        follows_stage=lambda node: "is a join of two streams, which reads records with their own event time",
+        result_time="the left record's event time (the right's in a right join)",
+        timeless=lambda node: "it is a full join, whose rows may lack either side's event time",
+        label="join", appending="a join of two streams",
+        real_time=lambda plan, node, where: f"{where} is a join of two streams, {OUTSIDE}",
+        restart_label=lambda node: "join", compare_state=state_changes.compare_stream_join),
     nodes.UnionNode: NodeSpec(real_time=_union_real_time),
     nodes.DeadLettersNode: NodeSpec(per_batch=True, reads_every_input=True),
     nodes.SinkNode: NodeSpec(per_batch=True, endpoint="sink", restart_label=_connector_type),
@@ -326,6 +335,15 @@ def result_time_needed(plan: Plan, node: Node) -> bool:
     return any(plan.nodes[i].event_time == RESULT_TIME for step in later for i in step.inputs)
 
 
+def reads_results(plan: Plan, node: Node) -> bool:
+    """Whether the stateful step ``node`` reads the results of another with their event time: a
+    stateful step's (``RESULT_TIME``), or a join's, which keep a side's event time."""
+    if plan.nodes[node.inputs[0]].event_time == RESULT_TIME:
+        return True
+    earlier = nearest_stateful(plan, node.inputs, lambda current: current.inputs)
+    return bool(earlier) and all(isinstance(n, nodes.StreamJoinNode) for n in earlier)
+
+
 def window_needs_processor(plan: Plan, node: Any) -> list[str]:
     """Why a window step cannot use Spark's native window operator (empty: it can)."""
     reasons = []
@@ -344,7 +362,7 @@ def window_needs_processor(plan: Plan, node: Any) -> list[str]:
         reasons.append(f"a {node.function.replace('_', ' ')}")
     if any(isinstance(c, LateRecordsNode) for c in plan.consumers(node.name)):
         reasons.append("a late side output")
-    if plan.nodes[node.inputs[0]].event_time != RESULT_TIME and stateful_steps(plan) > 1:
+    if not reads_results(plan, node) and stateful_steps(plan) > 1:
         # in a query with several stateful operators, Spark's drop only what was late for the
         # watermark of the micro-batch before (stages.ALLOW_MULTIPLE): the processor judges
         # against the micro-batch's own, as documented

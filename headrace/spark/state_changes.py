@@ -101,6 +101,17 @@ def compare_process(diff: StateDiff) -> None:
     diff.allow("fn")
 
 
+def compare_stream_join(diff: StateDiff) -> None:
+    # Spark keeps each side's records by the join keys (a window join's window among them); a
+    # different interval only changes when they are evicted
+    diff.check_key("join keys", "left_on")
+    diff.check_key("join keys of the right stream", "right_on")
+    diff.check_key("join kind", "how")
+    diff.check_key("window", "window", window_text)
+    diff.check_fields("input fields", diff.old_input.get("schema"), diff.new_input.get("schema"))
+    diff.allow("within_ms")
+
+
 def compare_operator(diff: StateDiff) -> None:
     diff.check_key("partitions", "partitions")  # instances own their state: their number is fixed
     diff.allow("application_window", "edges")

@@ -1,0 +1,213 @@
+"""Joins of two streams (docs/joins.md) against a model in plain Python: every kind of interval
+join and a window join in one query with late and out-of-order records, a join chained into a
+window across a restart from the checkpoint, and every join refused as the pipeline is built.
+tests/test_chaos.py kills a join's driver; tests/test_examples.py runs examples/auction_bids.py."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import headrace as hr
+from headrace.errors import PlanError
+from headrace.runtime.runner import PipelineRun
+from headrace.testing import TestSink, TestSource, run_to_completion
+
+S = 1_000
+BID = {"auction": "long", "price": "long", "bt": "long"}
+AUCTION = {"id": "long", "seller": "string", "at": "long"}
+# Micro-batch by micro-batch, both sides at once. The watermark (no out-of-orderness allowed)
+# is the smaller of the sides' largest event times before the batch: 8 s in batch 1, 31 s in
+# batch 2. In batch 2, the bid at 1 s and the auction at 2 s are late (dropped); the auction at
+# 33 s is out of order but on time.
+BIDS = [[{"auction": 1, "price": 10, "bt": 5 * S}, {"auction": 2, "price": 20, "bt": 6 * S},
+         {"auction": 5, "price": 50, "bt": 8 * S}],
+        [{"auction": 1, "price": 11, "bt": 30 * S}, {"auction": 3, "price": 30, "bt": 31 * S}],
+        [{"auction": 1, "price": 12, "bt": 1 * S}, {"auction": 4, "price": 40, "bt": 50 * S},
+         {"auction": 3, "price": 31, "bt": 34 * S}]]
+AUCTIONS = [[{"id": 1, "seller": "ann", "at": 4 * S}, {"id": 9, "seller": "zoe", "at": 9 * S}],
+            [{"id": 2, "seller": "bob", "at": 12 * S}, {"id": 3, "seller": "cat", "at": 40 * S},
+             {"id": 1, "seller": "ann", "at": 25 * S}],
+            [{"id": 1, "seller": "ann", "at": 2 * S}, {"id": 4, "seller": "dan", "at": 55 * S},
+             {"id": 3, "seller": "cat", "at": 33 * S}]]
+WITHIN = (-10 * S, 10 * S)
+WINDOW = 20 * S
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+def on_time(batches: list[list[dict[str, Any]]], time: str, other: list[list[dict[str, Any]]],
+            other_time: str, lag: int) -> list[dict[str, Any]]:
+    """The records Spark keeps: a record is late when its event time is at or before the
+    watermark it is judged by, the smaller of the sides' largest event times seen before the
+    batch (``lag`` batches earlier still, as Spark judges a query of several stateful steps)."""
+    kept, marks = [], []
+    seen_mine: list[int] = []
+    seen_other: list[int] = []
+    for number, batch in enumerate(batches):
+        judged = number - 1 - lag  # the watermark after the batch before (or ``lag`` earlier)
+        mark = marks[judged] if 0 <= judged < len(marks) else None
+        kept += [r for r in batch if mark is None or r[time] > mark]
+        seen_mine += [r[time] for r in batch]
+        seen_other += [r[other_time] for r in other[number]]
+        marks.append(min(max(seen_mine), max(seen_other)) if seen_mine and seen_other else None)
+    return kept
+
+
+def model_join(how: str, matches: Callable[[dict[str, Any], dict[str, Any]], bool],
+               lag: int) -> Counter[tuple[Any, ...]]:
+    bids = on_time(BIDS, "bt", AUCTIONS, "at", lag)
+    auctions = on_time(AUCTIONS, "at", BIDS, "bt", lag)
+    rows: Counter[tuple[Any, ...]] = Counter()
+    for b in bids:
+        for a in auctions:
+            if b["auction"] == a["id"] and matches(b, a):
+                rows[(b["auction"], b["price"], b["bt"], a["id"], a["seller"], a["at"])] += 1
+    if how in ("left", "full"):
+        for b in bids:
+            if not any(b["auction"] == a["id"] and matches(b, a) for a in auctions):
+                rows[(b["auction"], b["price"], b["bt"], None, None, None)] += 1
+    if how in ("right", "full"):
+        for a in auctions:
+            if not any(b["auction"] == a["id"] and matches(b, a) for b in bids):
+                rows[(None, None, None, a["id"], a["seller"], a["at"])] += 1
+    return rows
+
+
+def within(b: dict[str, Any], a: dict[str, Any]) -> bool:
+    return WITHIN[0] <= a["at"] - b["bt"] <= WITHIN[1]
+
+
+def same_window(b: dict[str, Any], a: dict[str, Any]) -> bool:
+    return b["bt"] // WINDOW == a["at"] // WINDOW
+
+
+# -- headrace ----------------------------------------------------------------------------------------
+
+def millis(value: datetime.datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def got(sink: TestSink) -> Counter[tuple[Any, ...]]:
+    return Counter((r["auction"], r["price"], millis(r["bt"]), r["id"], r["seller"], millis(r["at"]))
+                   for r in sink.rows())
+
+
+def sources(p: hr.Pipeline) -> tuple[hr.Stream, hr.Stream]:
+    bids = p.source("bids", TestSource(BIDS, schema=BID), event_time="bt")
+    auctions = p.source("auctions", TestSource(AUCTIONS, schema=AUCTION), event_time="at")
+    return bids, auctions
+
+
+def test_the_data_keeps_clear_of_the_late_boundary():
+    # judged by the watermark after the batch before or after the one before that, the same records are late
+    for time, other, other_time, rows in (("bt", AUCTIONS, "at", BIDS), ("at", BIDS, "bt", AUCTIONS)):
+        assert on_time(rows, time, other, other_time, 0) == on_time(rows, time, other, other_time, 1)
+    assert len(on_time(BIDS, "bt", AUCTIONS, "at", 0)) == 7  # the bid at 1 s is late
+    assert len(on_time(AUCTIONS, "at", BIDS, "bt", 0)) == 7  # the auction at 2 s is late
+
+
+def test_every_kind_of_join_and_a_window_join_in_one_query(spark, tmp_path):
+    p = hr.Pipeline("joins_all_kinds")
+    bids, auctions = sources(p)
+    sinks = {}
+    for how in ("inner", "left", "right", "full"):
+        sinks[how] = TestSink()
+        bids.join(auctions, on={"auction": "id"}, how=how, within=("-10s", "10s"), name=f"{how}_join").sink(
+            how, sinks[how])
+    windowed = TestSink()
+    bids.join(auctions, on={"auction": "id"}, window=hr.Tumbling("20s"), name="window_join").sink("windowed", windowed)
+    assert "native Spark stream-stream join (full_outer" in p.explain()
+    run_to_completion(p, state_dir=str(tmp_path))
+    for how, sink in sinks.items():
+        assert got(sink) == model_join(how, within, lag=1), how
+    assert got(windowed) == model_join("inner", same_window, lag=1)
+    starts = {(r["auction"], millis(r["window_start"]), millis(r["window_end"])) for r in windowed.rows()}
+    assert starts == {(row[0], row[2] // WINDOW * WINDOW, row[2] // WINDOW * WINDOW + WINDOW)
+                      for row in model_join("inner", same_window, lag=1)}
+
+
+def joined_then_windowed(name: str) -> tuple[hr.Pipeline, TestSink]:
+    p = hr.Pipeline(name)
+    bids, auctions = sources(p)
+    per_seller = (bids.join(auctions, on={"auction": "id"}, how="inner", within=WITHIN)
+                  .key_by("seller").window(hr.Tumbling("1m"), name="per_seller")
+                  .aggregate(bids=hr.count(), total=hr.sum("price")))
+    sink = TestSink()
+    per_seller.sink("per_seller_out", sink)
+    return p, sink
+
+
+def model_per_seller() -> list[tuple[Any, ...]]:
+    totals: dict[tuple[str, int], list[int]] = {}
+    for (_, price, bt, _, seller, _), n in model_join("inner", within, lag=1).items():
+        entry = totals.setdefault((seller, bt // 60_000 * 60), [0, 0])
+        entry[0] += n
+        entry[1] += n * price
+    return sorted((seller, start, n, total) for (seller, start), (n, total) in totals.items())
+
+
+def per_seller_rows(sink: TestSink) -> list[tuple[Any, ...]]:
+    return sorted((r["seller"], int(r["window_start"].timestamp()), r["bids"], r["total"]) for r in sink.rows())
+
+
+def test_a_join_chained_into_a_window_restarts_from_its_checkpoint_with_the_same_output(spark, tmp_path):
+    state = str(tmp_path / "state")
+    first, sink = joined_then_windowed("joins_restart")
+    assert "lowered as: native Spark window aggregate, append mode" in first.explain()
+    run = PipelineRun(first, state_dir=state, progress="quiet").start()
+    run.wait(until_exhausted=True, on_settled=lambda r: r.request_stop("test"))  # after the first step
+    assert not run.exhausted()
+    second, sink_after = joined_then_windowed("joins_restart")
+    sink_after.batches.update(sink.batches)
+    PipelineRun(second, state_dir=state, progress="quiet").start().wait(until_exhausted=True)
+    assert per_seller_rows(sink_after) == model_per_seller()
+
+
+# -- refused as the pipeline is built ------------------------------------------------------------------
+
+def refusal(build: Callable[[hr.Pipeline, hr.Stream, hr.Stream], Any]) -> str:
+    p = hr.Pipeline("refused_join")
+    bids, auctions = sources(p)
+    with pytest.raises(PlanError) as caught:
+        build(p, bids, auctions)
+        p.validate()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda p, b, a: b.join(a, on={"auction": "id"}),
+     r"step 'join' \(test_stream_joins.py:\d+\): a join of two streams keeps every record of both sides .* "
+     r"needs a bound in event time: within=\(lower, upper\)"),
+    (lambda p, b, a: b.join(a, on={"auction": "id"}, how="outer", within="5s"),
+     r"how must be one of 'inner', 'left', 'right', 'full', got 'outer'"),
+    (lambda p, b, a: b.join(a, on={"auction": "id"}, within=("10s", "-10s")),
+     r"within's lower bound \('10s'\) is after its upper bound \('-10s'\)"),
+    (lambda p, b, a: b.join(a, on={"auction": "id"}, window=hr.Sliding("10s", "5s")),
+     r"a window join takes tumbling windows \(hr.Tumbling\), got Sliding"),
+    (lambda p, b, a: b.join(a, on={"auction": "id"}, within="5s", window=hr.Tumbling("5s")),
+     r"give within= or window=, not both"),
+    (lambda p, b, a: b.join(a, on={"auction": "seller"}, within="5s"),
+     r"the right stream \('auctions_event_time'\) has no field 'seller'|join field 'auction' is a long"),
+    (lambda p, b, a: b.join(a, on="price", within="5s"),
+     r"the right stream \('auctions_event_time'\) has no field 'price'; it has id, seller, at"),
+    (lambda p, b, a: b.join(a.select("id", "seller", "at", price=hr.col("id")), on={"auction": "id"}, within="5s"),
+     r"both have a field 'price' that is not a join field of the same name; rename one of them"),
+    (lambda p, b, a: b.join(p.source("plain", TestSource([], schema=AUCTION)), on={"auction": "id"}, within="5s"),
+     r"the right stream \('plain'\) has no event time; declare it \(event_time= on the source"),
+    (lambda p, b, a: b.join(b.key_by("auction").window(hr.Tumbling("1m")).count(), on="auction", within="5s"),
+     r"the right stream \('window'\) is the results of a stateful step"),
+    (lambda p, b, a: b.join(a.select("id", "seller", bt=hr.col("at")).with_event_time("bt"), on={"auction": "id"},
+                            within="5s"),
+     r"both streams call their event time 'bt'; rename it on one side"),
+    (lambda p, b, a: b.join(a, on={"auction": "id"}, how="full", within="5s").key_by("seller")
+     .window(hr.Tumbling("1m")).count(),
+     r"carry no event time: it is a full join"),
+])
+def test_a_join_spark_could_not_run_or_would_keep_forever_is_refused(build, message):
+    assert re.search(message, refusal(build)), refusal(build)
