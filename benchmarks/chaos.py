@@ -3,6 +3,7 @@ checkpoint each time, and verify that the sink holds exactly the right windows.
 
     .venv/bin/python benchmarks/chaos.py --sink postgres --kills 3
     .venv/bin/python benchmarks/chaos.py --sink files --kills 20 --seed 7
+    .venv/bin/python benchmarks/chaos.py --sink files --pipeline join --kills 20
     .venv/bin/python benchmarks/chaos.py --source kafka --sink postgres --kills 3
     .venv/bin/python benchmarks/chaos.py --source kafka --sink kafka --kills 20
     .venv/bin/python benchmarks/chaos.py --source kafka --sink delta --kills 20
@@ -23,6 +24,10 @@ whole process group: Python, Spark's JVM and every Python worker)::
       -> PostgreSQL (foreachBatch, a transaction per batch), Files (Spark's file sink),
          Kafka (a new topic, a Kafka transaction per batch, exactly-once)
          or Delta (a new table, appended: a commit with the batch id's marker per batch)
+
+With ``--pipeline join`` (generator source only), each click is first joined with the views of
+a second generator (another seed) of the same user up to 1 ms before or after it (Spark's
+stream-stream join), and the native window counts those pairs: a join chained into a window.
 
 With ``--source redis`` or ``--source postgres-cdc`` the events and the final record go
 into a new Redis stream or PostgreSQL table first (``benchmarks/chaos_systems.py``), and the
@@ -90,6 +95,7 @@ DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 WINDOW_MS = 10
 LATENESS_MS = 5
 OUT_OF_ORDER_MS = 2
+JOIN_WITHIN_MS = 1  # --pipeline join: a view matches a click of its user up to 1 ms before or after
 SINK_STEP = "out"
 KAFKA_SERVERS = "127.0.0.1:9092"
 FINAL_RECORD_AHEAD_MS = 60_000  # the final Kafka record's event time, after the last event
@@ -109,6 +115,7 @@ class Setup:
     seed: int
     source: str = "generator"
     servers: str = KAFKA_SERVERS
+    pipeline: str = "window"  # or "join": each click joined with a second generator's views first
 
     @property
     def state_dir(self) -> str:
@@ -142,7 +149,7 @@ class Setup:
     def driver_args(self) -> list[str]:
         return ["--source", self.source, "--sink", self.sink, "--servers", self.servers, "--work", self.work,
                 "--name", self.name, "--events", str(self.events), "--rows-per-batch", str(self.rows_per_batch),
-                "--seed", str(self.seed)]
+                "--seed", str(self.seed), "--pipeline", self.pipeline]
 
 
 # -- the pipeline, run by the driver process ---------------------------------------------------
@@ -164,9 +171,18 @@ def build_pipeline(setup: Setup) -> Any:
         source = hr.sources.Generator("clicks", limit=setup.events, rows_per_batch=setup.rows_per_batch,
                                       seed=setup.seed)
     clicks = p.source("clicks", source, event_time="event_time", max_out_of_orderness=f"{OUT_OF_ORDER_MS}ms")
-    counts = (clicks.key_by("user_id")
-              .window(hr.Tumbling(f"{WINDOW_MS}ms"), allowed_lateness=f"{LATENESS_MS}ms").count()
-              .select("user_id", "window_start", "count"))
+    if setup.pipeline == "join":  # a join of two streams chained into a native window
+        views = (p.source("views", hr.sources.Generator("clicks", limit=setup.events,
+                                                        rows_per_batch=setup.rows_per_batch, seed=setup.seed + 1))
+                 .select("user_id", viewed_at=hr.col("event_time"))
+                 .with_event_time("viewed_at", f"{OUT_OF_ORDER_MS}ms"))
+        counts = (clicks.join(views, on="user_id", within=(f"-{JOIN_WITHIN_MS}ms", f"{JOIN_WITHIN_MS}ms"))
+                  .key_by("user_id").window(hr.Tumbling(f"{WINDOW_MS}ms")).count()
+                  .select("user_id", "window_start", "count"))
+    else:
+        counts = (clicks.key_by("user_id")
+                  .window(hr.Tumbling(f"{WINDOW_MS}ms"), allowed_lateness=f"{LATENESS_MS}ms").count()
+                  .select("user_id", "window_start", "count"))
     if setup.sink == "postgres":
         counts.sink(SINK_STEP, hr.sinks.Postgres(setup.table, dsn=DSN))  # no key: a batch written twice shows
     elif setup.sink == "kafka":  # exactly-once: a transaction per batch
@@ -737,10 +753,19 @@ def expected_windows(setup: Setup) -> Counter:
     """(user, window start in ms, count) of every window, from the generator's events."""
     from headrace.connectors.generator import generate
 
-    events = generate("clicks", 0, setup.events, seed=setup.seed)
-    users = events.column("user_id").to_pylist()
-    millis = [t // 1000 for t in events.column("event_time").cast("int64").to_pylist()]
-    counts = Counter((user, ms - ms % WINDOW_MS) for user, ms in zip(users, millis))
+    def events_of(seed: int) -> list[tuple[str, int]]:  # (user, event time in µs)
+        events = generate("clicks", 0, setup.events, seed=seed)
+        return list(zip(events.column("user_id").to_pylist(), events.column("event_time").cast("int64").to_pylist()))
+
+    clicks = events_of(setup.seed)
+    if setup.pipeline == "join":  # a pair per view within JOIN_WITHIN_MS of a click of its user, at the click's time
+        views: dict[str, list[int]] = {}
+        for user, micros in events_of(setup.seed + 1):
+            views.setdefault(user, []).append(micros)
+        within = JOIN_WITHIN_MS * 1000
+        clicks = [(user, micros) for user, micros in clicks
+                  for seen in views.get(user, []) if -within <= seen - micros <= within]
+    counts = Counter((user, micros // 1000 - micros // 1000 % WINDOW_MS) for user, micros in clicks)
     return Counter((user, start, n) for (user, start), n in counts.items())
 
 
@@ -907,6 +932,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--source", choices=["generator", "kafka", "redis", "postgres-cdc"], default="generator",
                         help="the deterministic generator (default), or a new Kafka topic this command fills")
     parser.add_argument("--sink", choices=["postgres", "files", "kafka", "delta", "redis"], default="postgres")
+    parser.add_argument("--pipeline", choices=["window", "join"], default="window",
+                        help="window: counts per user and 10 ms window; join: the same counts of each click joined "
+                             "with a second generator's views of its user within 1 ms (a join chained into a window)")
     parser.add_argument("--servers", default=KAFKA_SERVERS, help=f"Kafka's bootstrap servers (default {KAFKA_SERVERS})")
     parser.add_argument("--kills", type=int, default=3, help="how many times to SIGKILL the driver (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="seeds the kill moments and the generator")
@@ -927,7 +955,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.driver:
         setup = Setup(args.sink, args.work, args.name, args.events, args.rows_per_batch, args.seed, args.source,
-                      args.servers)
+                      args.servers, args.pipeline)
         return drive(setup, args.phases)
 
     def say(line: str) -> None:
@@ -937,7 +965,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(work, exist_ok=True)
     events = args.events or args.rows_per_batch * max(40, 4 * args.kills + 12)
     setup = Setup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch, args.seed,
-                  args.source, args.servers)
+                  args.source, args.servers, args.pipeline)
     origin = {"generator": "", "kafka": f" from Kafka ({setup.servers})", "redis": " from a Redis stream",
               "postgres-cdc": " from PostgreSQL's changes"}[args.source]
     say(f"chaos: {events:,} events{origin} in batches of {args.rows_per_batch:,} into {args.sink}, "

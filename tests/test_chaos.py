@@ -1,7 +1,8 @@
 """The chaos check (``benchmarks/chaos.py``): a stateful pipeline whose driver is killed with
 SIGKILL once, right after the sink committed a batch that Spark's commit log does not have yet,
-and restarted from its checkpoint, writes exactly the windows computed without headrace: from the
-generator into files, and from a Kafka topic (transactions) into another Kafka topic. The
+and restarted from its checkpoint, writes exactly the windows computed without headrace: from two
+generators through a join of the two streams into files, and from a Kafka topic (transactions)
+into another Kafka topic. The
 20-kill runs are in docs/guarantees.md."""
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ def _one_kill(tmp_path: Path, *options: str) -> None:
     assert any("Spark's commit log had" in line for line in lines), "no kill landed between the two commits"
 
 
-def test_a_kill_between_the_commits_loses_and_duplicates_nothing(tmp_path):
-    """Generator -> files (the Kafka cases below cover the PostgreSQL sink)."""
-    _one_kill(tmp_path, "--sink", "files")
+def test_a_kill_of_a_join_chained_into_a_window_between_the_commits_loses_and_duplicates_nothing(tmp_path):
+    """Two generators -> a join of the two streams -> a native window -> files (the Kafka case
+    below runs the window processor alone)."""
+    _one_kill(tmp_path, "--sink", "files", "--pipeline", "join")
 
 
 def test_a_kill_of_a_kafka_pipeline_between_the_commits_loses_and_duplicates_nothing(tmp_path):
