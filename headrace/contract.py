@@ -178,6 +178,10 @@ class SinkConnector:
     # the columns whose values name the directories rows are written into (Hive style,
     # col=value/), passed to Spark's own writer as partitionBy when the sink writes through it
     partition_by: tuple[str, ...] = ()
+    # how a user makes this sink keep each group's last update by its key: what follows
+    # hr.sinks.<Name> ("(..., key=[...])"), named by the refusal of a sink that cannot take
+    # updates; empty when it cannot
+    keyed_updates: str = ""
 
     def committed(self, batch_id: int) -> bool:
         """Whether this sink has already committed ``batch_id`` (Spark replays the batch that

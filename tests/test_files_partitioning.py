@@ -1,11 +1,13 @@
 """The Files sink's ``partition_by`` (Hive-style ``col=value/`` directories, on Spark's own file
-writer and on the per-batch writer) and what it refuses when the pipeline is built. See
-docs/connectors.md ("The Files sink")."""
+writer and on the per-batch writer), what it refuses when the pipeline is built, and the refusal
+of update-mode results into an append-only sink through every front door. See docs/connectors.md
+("The Files sink", "Sinks and update mode")."""
 
 from __future__ import annotations
 
 import inspect
 import json
+import re
 import textwrap
 from collections import defaultdict
 from pathlib import Path
@@ -28,6 +30,9 @@ ORDERS = [[{"id": 1, "country": "fr", "day": 1, "amount": 5.0}, {"id": 2, "count
            {"id": 3, "country": None, "day": 2, "amount": 1.0}],
           [{"id": 4, "country": "fr", "day": 2, "amount": 2.0}, {"id": 5, "country": "a/b:c", "day": 2,
                                                                   "amount": 3.5}]]
+# What every sink that cannot take updates is told to use instead (each keyed sink's refuses_updates is None).
+KEEPING = ("hr.sinks.Delta(..., key=[...]), hr.sinks.Kafka(..., key=[...]) on a compacted topic, "
+           "hr.sinks.Postgres(..., key=[...]) or hr.sinks.Redis(key_prefix=..., key=[...])")
 
 
 def next_line() -> int:
@@ -201,3 +206,76 @@ def test_a_pipeline_file_passes_partition_by_to_a_files_sink(tmp_path: Path) -> 
               path: {out}
               partition_by: []
             """))
+
+
+# -- update-mode results into an append-only sink -----------------------------------------------------------------
+
+def refusal(step: str, step_at: str) -> str:
+    """What a Files sink below ``step`` is told, after the sink's name."""
+    return (f"a Files sink cannot take the updates of step {step!r} ({step_at}), which emits "
+            "updates (Spark's update mode: each micro-batch emits again every group it changed): files keep every "
+            "row they are given, so each group's updates would pile up as rows; write the updates to a sink that "
+            f"keeps each group's last update by its key: {KEEPING}; or emit each result once (a window with "
+            "emit='final')")
+
+
+def test_updates_into_files_are_refused_at_every_front_door(tmp_path: Path) -> None:
+    out = hr.sinks.Files(str(tmp_path / "out"), partition_by="country")
+    orders = orders_stream("fluent_updates_into_files")
+    count_line = next_line()
+    counts = orders.key_by("country").count()
+    with pytest.raises(PlanError) as error:
+        line = next_line()
+        counts.sink("files", out)
+    assert str(error.value) == f"sink 'files' ({FILE}:{line}): " + refusal("count", f"{FILE}:{count_line}")
+
+    sql = orders_stream("sql_updates_into_files").pipeline
+    sql_line = next_line()
+    totals = sql.sql("SELECT country, count(*) AS n FROM orders GROUP BY country", name="per_country")
+    with pytest.raises(PlanError) as error:
+        line = next_line()
+        totals.sink("files", out)
+    assert str(error.value) == f"sink 'files' ({FILE}:{line}): " + refusal("per_country", f"{FILE}:{sql_line}")
+
+    with pytest.raises(PipelineFileError) as file_error:
+        hr.load_pipeline_file(write_pipeline_file(tmp_path, f"""\
+            files:
+              type: Files
+              from: counts
+              path: {tmp_path / "out"}
+            """, steps="""\
+            steps:
+              - name: by_line
+                from: lines
+                key_by: line
+              - name: counts
+                from: by_line
+                aggregate: {count: count}
+            """))
+    assert str(file_error.value) == "pipeline.yaml:15: sink 'files': " + refusal("counts", "pipeline.yaml:13")
+
+    builder = hr.TopologyBuilder("storm_updates_into_files")
+    builder.set_spout("orders", TestSource(ORDERS, schema=SCHEMA))
+    spout_line = next_line()
+    spout_counts = builder.stream("orders").key_by("country").count(name="per_country")
+    with pytest.raises(PlanError) as error:
+        line = next_line()
+        spout_counts.sink("files", out)
+    assert str(error.value) == f"sink 'files' ({FILE}:{line}): " + refusal("per_country", f"{FILE}:{spout_line}")
+
+    # the sinks the message names take the updates
+    counts.sink("delta", hr.sinks.Delta(str(tmp_path / "delta"), key="country"))
+    counts.sink("kafka", hr.sinks.Kafka("per_country", key="country"))
+    counts.sink("postgres", hr.sinks.Postgres("per_country", key="country"))
+    counts.sink("redis", hr.sinks.Redis(key_prefix="per_country", key="country"))
+    orders.pipeline.validate()
+
+
+def test_the_refusal_docs_connectors_md_shows_is_the_one_a_user_sees(tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "connectors.md").read_text()
+    shown = doc.split("**Sinks and update mode.**", 1)[1].split("```\n", 2)[1].strip()
+    p = hr.Pipeline("docs_updates_into_files")
+    counts = p.source("events", TestSource([], schema={"user": "string"})).key_by("user").count(name="per_user")
+    with pytest.raises(PlanError) as error:
+        counts.sink("files", hr.sinks.Files(str(tmp_path / "out")))
+    assert re.sub(r"\(\S+:\d+\)", "(...)", str(error.value)) == re.sub(r"\(\S+:\d+\)", "(...)", shown)

@@ -153,6 +153,7 @@ class Postgres(SinkConnector):
 
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = None
+    keyed_updates = "(..., key=[...])"  # an upsert by key
 
     def refuses_updates(self) -> str | None:
         return None if self.key else "without key= it inserts each update as a new row"
