@@ -175,6 +175,13 @@ class SinkConnector:
 
     guarantee: Guarantee = Guarantee.EXACTLY_ONCE
     native_format: str | None = None
+    # the columns whose values name the directories rows are written into (Hive style,
+    # col=value/), passed to Spark's own writer as partitionBy when the sink writes through it
+    partition_by: tuple[str, ...] = ()
+    # how a user makes this sink keep each group's last update by its key: what follows
+    # hr.sinks.<Name> ("(..., key=[...])"), named by the refusal of a sink that cannot take
+    # updates; empty when it cannot
+    keyed_updates: str = ""
 
     def committed(self, batch_id: int) -> bool:
         """Whether this sink has already committed ``batch_id`` (Spark replays the batch that
@@ -205,6 +212,11 @@ class SinkConnector:
         """Called on the driver when the pipeline starts, before the first micro-batch, with the
         Spark schema of the rows this sink will get; ``step`` names the sink step for every
         message. A sink whose target has a schema of its own checks it here."""
+
+    def refuses_columns(self, columns: list[str]) -> str | None:
+        """Why this sink cannot write a stream of ``columns`` (their names), or None: asked when
+        the pipeline is built, when the stream's columns are known then."""
+        return None
 
     def refuses_updates(self) -> str | None:
         """Why this sink cannot take the rows of Spark's update mode (a group's new value each

@@ -217,6 +217,8 @@ RUN_BY_THEIR_OWN_TEST = {  # a string in the block -> the test that runs it
     "def test_counts_per_window": "test_testing_doc_example_runs",
     'hr.Pipeline("sql_word_count")': "tests/test_sql.py::test_the_word_count_in_docs_sql_md_prints_what_it_shows",
     'hr.Pipeline("accounts_cdc")': "test_the_cdc_block_of_docs_connectors_md_prints_what_it_shows",
+    'hr.Pipeline("orders_by_country")':
+        "tests/test_files_partitioning.py::test_the_partitioned_files_of_docs_connectors_md_print_what_it_shows",
 }
 COMPLETE = [b for b in BLOCKS if not b.fragment and not any(s in b.code for s in RUN_BY_THEIR_OWN_TEST)]
 

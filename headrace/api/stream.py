@@ -554,6 +554,9 @@ class Stream:
             raise PlanError(f"sink {name!r} ({where}): expected a headrace sink connector, got "
                             f"{type(connector).__name__}")
         check_sink_takes_updates(self.pipeline.plan, name, where, connector, self.node.name)
+        problem = connector.refuses_columns([n for n, _ in self.node.schema]) if self.node.schema is not None else None
+        if problem:
+            raise PlanError(f"sink {name!r} ({where}): {problem}")
         self._add(SinkNode(name, (self.node.name,), where, self.node.schema, connector=connector))
 
     def __repr__(self) -> str:

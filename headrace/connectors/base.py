@@ -1,8 +1,9 @@
 """Helpers the connectors share: counting dead letters, running a batch no sink reads, a sink
-named after its step, checking a keyed sink's columns, the stop and exhausted files of a running
-source, the Spark schema of a Python data source and a server address fit for a message. The
-contract itself (control rows, guarantees, the connector base classes) is
-``headrace/contract.py``; the names a connector's author imports from here are re-exported."""
+named after its step, a sink's column arguments (keys, partition columns) and checking them against
+the stream's columns, the stop and exhausted files of a running source, the Spark schema of a
+Python data source and a server address fit for a message. The contract itself (control rows,
+guarantees, the connector base classes) is ``headrace/contract.py``; the names a connector's
+author imports from here are re-exported."""
 
 from __future__ import annotations
 
@@ -26,13 +27,13 @@ from headrace.contract import (
     SourceConnector,
     SourceContext,
 )
-from headrace.errors import SinkError
+from headrace.errors import PlanError, SinkError
 from headrace.schema import Schema, to_ddl
 from headrace.sink_step import SinkStep, step_name
 
 __all__ = ["CONTROL_COLUMN", "DEAD_COLUMNS", "FLUSH_TIME_MS", "Guarantee", "SinkConnector", "SourceConnector",
-           "SourceContext", "StepSink", "check_sink_columns", "count_dead_letters", "mark_exhausted", "redact_dsn",
-           "run_batch", "spark_schema", "stop_requested"]
+           "SourceContext", "StepSink", "check_sink_columns", "column_names", "count_dead_letters", "mark_exhausted",
+           "missing_columns", "redact_dsn", "run_batch", "spark_schema", "stop_requested"]
 
 
 def count_dead_letters(frame: Any, source: str, is_dead: Any) -> Any:
@@ -96,16 +97,49 @@ class StepSink(SinkConnector):
         return str(self._step or SinkStep(step_name(self.name)))
 
 
+def column_names(value: str | Sequence[str] | None, argument: str, where: str) -> tuple[str, ...]:
+    """A sink's ``argument`` (``key``, ``partition_by``) given as a column name or a list of them,
+    as a tuple (None: none); an empty list, a name given twice or anything else is refused.
+
+    >>> column_names("user", "key", "sink"), column_names(["day", "user"], "key", "sink")
+    (('user',), ('day', 'user'))
+    """
+    if value is None:
+        return ()
+    names = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, Sequence) else None
+    if names == ():
+        raise PlanError(f"{where}: {argument}=[] names no column; give one or more column names, or leave "
+                        f"{argument} out")
+    if names is None or not all(isinstance(n, str) and n for n in names):
+        raise PlanError(f"{where}: {argument} must be a column name or a list of column names, got {value!r}")
+    if len(set(names)) != len(names):
+        raise PlanError(f"{where}: {argument} {list(names)} names a column twice")
+    return names
+
+
+def missing_columns(columns: Sequence[str], wanted: Sequence[str], argument: str) -> str | None:
+    """What is wrong when the columns ``argument`` names (``wanted``) are not all among the
+    stream's ``columns``, or None.
+
+    >>> missing_columns(["user", "n"], ["day"], "key")
+    "key column(s) ['day'] are not in the stream's columns ['user', 'n']; fix key= or add the columns"
+    """
+    missing = [c for c in wanted if c not in columns]
+    if not missing:
+        return None
+    return (f"{argument} column(s) {missing} are not in the stream's columns {list(columns)}; fix {argument}= or "
+            "add the columns")
+
+
 def check_sink_columns(where: str, columns: list[str], key: Sequence[str]) -> None:
     """Refuse a stream, bound for a sink keyed by ``key``, whose ``columns`` name one twice or lack
     a key column."""
     if len(set(columns)) != len(columns):
         twice = sorted({c for c in columns if columns.count(c) > 1})
         raise SinkError(f"{where}: the stream has columns named twice: {twice}; rename them")
-    missing = [k for k in key if k not in columns]
-    if missing:
-        raise SinkError(f"{where}: key column(s) {missing} are not in the stream's columns {columns}; "
-                        "fix key= or add the columns")
+    problem = missing_columns(columns, key, "key")
+    if problem:
+        raise SinkError(f"{where}: {problem}")
 
 
 # Helpers shared by the Python data sources (they run in Spark's Python workers).

@@ -68,6 +68,7 @@ class Delta(StepSink):
 
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = None
+    keyed_updates = "(..., key=[...])"  # a MERGE by key
 
     def refuses_updates(self) -> str | None:
         return None if self.key else "without key= it appends each update as a new row"

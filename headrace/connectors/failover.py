@@ -72,6 +72,13 @@ class Failover(SinkConnector):
                 return why
         return None
 
+    def refuses_columns(self, columns: list[str]) -> str | None:
+        for name, member in zip(self.names, self.members):
+            why = member.refuses_columns(columns)
+            if why is not None:
+                return f"its member {name!r}: {why}"
+        return None
+
     def refused_member(self) -> tuple[str, SinkConnector] | None:
         """The name and the sink of the first member that cannot take updates."""
         for name, member in zip(self.names, self.members):

@@ -11,6 +11,10 @@ Two layouts, both readable with :func:`read_rows`:
   directory exists is already committed and is skipped when Spark replays it.
   Read it with ``spark.read.parquet(f"{path}/batch-*")`` or :func:`read_rows`.
 
+With ``partition_by``, both layouts put each row's file in the directories of its values
+(Hive style, as Spark's ``partitionBy``: ``path/country=fr/part-...``, ``path/batch-<id>/country=fr/...``);
+the files no longer hold those columns, their directory names do.
+
 A path holds one layout: ``write_batch`` refuses a directory that already has a
 ``_spark_metadata`` manifest. Paths are local (or a shared file system mounted
 at the same place on every machine).
@@ -34,10 +38,11 @@ import re
 import shutil
 import uuid
 import warnings
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from headrace.connectors.base import run_batch
+from headrace.connectors.base import column_names, missing_columns, run_batch
 from headrace.contract import Guarantee, SinkConnector
 from headrace.errors import PlanError, SinkError
 from headrace.sink_step import SinkStep, step_name
@@ -48,6 +53,7 @@ OWNER_FILE = "_headrace_owner"
 RECORDS_DIR = "sinks"  # under the run directory: one JSON record per bound sink
 _BATCH_DIR = re.compile(r"^batch-(\d+)$")
 _TMP_DIR = re.compile(r"^_tmp-(\d+)-[0-9a-f]+$")
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's directory name for a null (or empty) value
 
 
 def _local_path(path: str, where: str) -> str:
@@ -76,17 +82,21 @@ class FileSink(SinkConnector):
     manifest; through ``write_batch`` each batch goes to its own directory,
     committed by an atomic rename (see the module docstring).
 
+    ``partition_by``: a column or a list of columns; each row is written under the
+    directories of its values (``country=fr/``), which hold those columns instead of the files.
+
     ``rewrite=True``: when the directory lost the batches this sink committed there
     (removed, emptied), write on into it and accept that they are gone, with a
     warning, instead of stopping.
 
-    >>> FileSink("/tmp/out", format="jsonl").native_options()
-    {'path': '/tmp/out'}
+    >>> FileSink("/tmp/out", format="jsonl", partition_by="country")
+    FileSink('/tmp/out', format='jsonl', partition_by=('country',), rewrite=False)
     """
 
     guarantee = Guarantee.EXACTLY_ONCE
 
-    def __init__(self, path: str, format: str = "parquet", *, rewrite: bool = False):
+    def __init__(self, path: str, format: str = "parquet", *, partition_by: str | Sequence[str] | None = None,
+                 rewrite: bool = False):
         if not isinstance(path, str) or not path:
             raise PlanError(f"FileSink: path must be a non-empty string, got {path!r}")
         if format not in FORMATS:
@@ -96,6 +106,7 @@ class FileSink(SinkConnector):
         _local_path(path, f"FileSink({path!r})")
         self.path = path
         self.format = format
+        self.partition_by = column_names(partition_by, "partition_by", f"FileSink({path!r})")
         self.rewrite = rewrite
         self.native_format: str | None = FORMATS[format]
         self.owner: str | None = None
@@ -104,6 +115,21 @@ class FileSink(SinkConnector):
 
     def refuses_updates(self) -> str | None:
         return "files keep every row they are given, so each group's updates would pile up as rows"
+
+    def refuses_columns(self, columns: list[str]) -> str | None:
+        if not self.partition_by:
+            return None
+        missing = missing_columns(columns, self.partition_by, "partition_by")
+        if missing is None and set(columns) <= set(self.partition_by):
+            return (f"partition_by {list(self.partition_by)} names every column of the stream {columns}, which "
+                    "would leave the files no column (Spark refuses it); leave at least one column out")
+        return missing
+
+    def check_schema(self, schema: Any, step: SinkStep) -> None:
+        """A stream whose columns were not known when the pipeline was built, checked as it starts."""
+        problem = self.refuses_columns([field.name for field in schema.fields])
+        if problem:
+            raise SinkError(f"{step}: {problem}")
 
     def _reset(self) -> None:
         self._record_path: str | None = None  # where the run record of a bound sink lives
@@ -125,13 +151,16 @@ class FileSink(SinkConnector):
         return _local_path(self.path, f"FileSink({self.path!r})")
 
     def native_options(self) -> dict[str, str]:
-        return {"path": self.path}
+        # the directory prepare() checked, not a relative path the JVM would read from its own directory
+        return {"path": self.root}
 
     def describe(self) -> dict[str, Any]:
-        return {"type": "FileSink", "path": self.path, "format": self.format, "rewrite": self.rewrite}
+        partitions = {"partition_by": list(self.partition_by)} if self.partition_by else {}
+        return {"type": "FileSink", "path": self.path, "format": self.format, **partitions, "rewrite": self.rewrite}
 
     def __repr__(self) -> str:
-        return f"FileSink({self.path!r}, format={self.format!r}, rewrite={self.rewrite!r})"
+        partitions = f", partition_by={self.partition_by!r}" if self.partition_by else ""
+        return f"FileSink({self.path!r}, format={self.format!r}{partitions}, rewrite={self.rewrite!r})"
 
     def _where(self) -> str:
         """``sink 'files' (app.py:20)``, or ``FileSink('/out')`` for a sink used on its own."""
@@ -263,6 +292,8 @@ class FileSink(SinkConnector):
         self._clean_temp(batch_id)
         temp = os.path.join(root, f"_tmp-{batch_id}-{uuid.uuid4().hex}")
         writer = df.write.mode("errorifexists")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
         if self.format == "parquet":
             writer.parquet(temp)
         else:
@@ -385,14 +416,50 @@ def _manifest_files(meta_dir: str) -> list[str]:
     return list(files)
 
 
-def _read_file(path: str, format: str) -> list[dict[str, Any]]:
+def _data_files(folder: str) -> list[str]:
+    """The data files in a batch's directory and its partition directories (``col=value``), by path."""
+    found: list[str] = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isdir(path):
+            if "=" in name:
+                found.extend(_data_files(path))
+        elif _is_data_file(name):
+            found.append(path)
+    return found
+
+
+def _partition_values(file: str, base: str) -> dict[str, str | None]:
+    """The partition columns of ``file`` from its directories below ``base`` (``col=value``), as
+    text, unescaped as Spark escaped them.
+
+    >>> _partition_values("/out/country=fr/day=2026-01-01 10%3A00%3A00/part-0.json", "/out")
+    {'country': 'fr', 'day': '2026-01-01 10:00:00'}
+    >>> _partition_values("/out/batch-000000000003/country=__HIVE_DEFAULT_PARTITION__/part-0.json",
+    ...                   "/out/batch-000000000003")
+    {'country': None}
+    """
+    relative = os.path.relpath(os.path.realpath(file), os.path.realpath(base))
+    values: dict[str, str | None] = {}
+    for folder in relative.split(os.sep)[:-1]:
+        column, equals, value = folder.partition("=")
+        if equals:
+            values[unquote(column)] = None if value == NULL_PARTITION else unquote(value)
+    return values
+
+
+def _read_file(path: str, format: str, base: str) -> list[dict[str, Any]]:
+    """The rows of one data file, with the partition columns of its directories below ``base``."""
     if format == "parquet":
         import pyarrow.parquet as pq
 
-        return list(pq.read_table(path).to_pylist())
-    opener: Any = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+        rows = list(pq.read_table(path).to_pylist())
+    else:
+        opener: Any = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as lines:
+            rows = [json.loads(line) for line in lines if line.strip()]
+    partitions = _partition_values(path, base)
+    return [{**row, **partitions} for row in rows] if partitions else rows
 
 
 def read_rows(path: str, format: str = "parquet") -> list[dict[str, Any]]:
@@ -401,22 +468,24 @@ def read_rows(path: str, format: str = "parquet") -> list[dict[str, Any]]:
     Reads the files listed in Spark's ``_spark_metadata`` manifest, if there is
     one, then the ``batch-*`` directories in batch order; temporary and
     uncommitted files are ignored. JSON-lines rows come back as parsed JSON
-    (timestamps as strings); Parquet rows with their Python types.
+    (timestamps as strings); Parquet rows with their Python types. Partition columns
+    (``partition_by``) come last, as the text of their directory names (None for null):
+    Spark's reader infers their types again.
     """
     if format not in FORMATS:
         raise PlanError(f"read_rows({path!r}): unknown format {format!r}; use 'parquet' or 'jsonl'")
     root = _local_path(path, f"read_rows({path!r})")
     if not os.path.isdir(root):
         raise SinkError(f"read_rows: {path!r} is not a directory a FileSink wrote")
-    files: list[str] = []
+    files: list[tuple[str, str]] = []  # (a data file, the directory its partition directories are below)
     meta = os.path.join(root, MANIFEST)
     if os.path.isdir(meta):
-        files.extend(_manifest_files(meta))
+        files.extend((file, root) for file in _manifest_files(meta))
     batches = sorted((int(m.group(1)), name) for name in os.listdir(root) if (m := _BATCH_DIR.match(name)))
     for _, name in batches:
         folder = os.path.join(root, name)
-        files.extend(os.path.join(folder, part) for part in sorted(os.listdir(folder)) if _is_data_file(part))
+        files.extend((file, folder) for file in _data_files(folder))
     rows: list[dict[str, Any]] = []
-    for file in files:
-        rows.extend(_read_file(file, format))
+    for file, base in files:
+        rows.extend(_read_file(file, format, base))
     return rows

@@ -152,6 +152,8 @@ class Kafka(StepSink):
     more producer settings (librdkafka's names, e.g. ``{"compression.type": "lz4"}``).
     """
 
+    keyed_updates = "(..., key=[...]) on a compacted topic"  # which keeps each key's last record
+
     def __init__(self, topic: str, servers: str = DEFAULT_SERVERS, *, key: str | Sequence[str] | None = None,
                  format: str = "json", exactly_once: bool = True, producer: dict[str, Any] | None = None,
                  name: str | None = None) -> None:

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from headrace.connectors import postgres_commits as commits
 from headrace.connectors import postgres_staging as staging
-from headrace.connectors.base import check_sink_columns, redact_dsn, run_batch
+from headrace.connectors.base import check_sink_columns, column_names, redact_dsn, run_batch
 from headrace.connectors.postgres_commits import COMMIT_TABLE
 from headrace.connectors.retry import DEFAULT_FIRST_S, DEFAULT_RETRIES, Backoff, RetriesExhausted, retry, unreachable
 from headrace.contract import Guarantee, SinkConnector
@@ -153,6 +153,7 @@ class Postgres(SinkConnector):
 
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = None
+    keyed_updates = "(..., key=[...])"  # an upsert by key
 
     def refuses_updates(self) -> str | None:
         return None if self.key else "without key= it inserts each update as a new row"
@@ -165,16 +166,7 @@ class Postgres(SinkConnector):
         where = f"Postgres sink for table {table!r}"
         if not isinstance(dsn, str) or not dsn.strip():
             raise PlanError(f"{where}: dsn must be a connection string, got {dsn!r}")
-        if key is None:
-            keys: tuple[str, ...] = ()
-        elif isinstance(key, str):
-            keys = (key,)
-        elif isinstance(key, Sequence) and key and all(isinstance(k, str) and k for k in key):
-            keys = tuple(key)
-        else:
-            raise PlanError(f"{where}: key must be a column name or a list of column names, got {key!r}")
-        if len(set(keys)) != len(keys):
-            raise PlanError(f"{where}: key {list(keys)} names a column twice")
+        keys = column_names(key, "key", where)
         if name is not None and (not isinstance(name, str) or not name):
             raise PlanError(f"{where}: name must be a non-empty string, got {name!r}")
         if not isinstance(rewrite, bool):

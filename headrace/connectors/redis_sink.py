@@ -109,6 +109,7 @@ class Redis(StepSink):
 
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = None
+    keyed_updates = "(key_prefix=..., key=[...])"  # a hash per key, replaced by its last row
 
     def __init__(self, *, url: str = DEFAULT_URL, stream: str | None = None, key_prefix: str | None = None,
                  key: str | Sequence[str] | None = None, format: str = "json", retries: int = DEFAULT_RETRIES,

@@ -403,6 +403,20 @@ def _sink_kind(connector: Any) -> str:
     return next((name for name in sinks.__all__ if getattr(sinks, name) is type(connector)), type(connector).__name__)
 
 
+def sinks_keeping_updates() -> str:
+    """The sinks that keep each group's last update by its key, as a user makes them (each sink
+    class says how in ``keyed_updates``).
+
+    >>> sinks_keeping_updates()  # doctest: +ELLIPSIS
+    'hr.sinks.Delta(..., key=[...]), hr.sinks.Kafka(..., key=[...]) on a compacted topic, ...'
+    """
+    from headrace import sinks  # every sink's module: only when a message names them
+
+    calls = [f"hr.sinks.{name}{getattr(sinks, name).keyed_updates}" for name in sinks.__all__
+             if getattr(sinks, name).keyed_updates]
+    return ", ".join(calls[:-1]) + f" or {calls[-1]}" if len(calls) > 1 else "".join(calls)
+
+
 def updating_step(plan: Plan, reads: str) -> Node | None:
     """The step at or above ``reads`` that emits updates (Spark's update mode), or None."""
     feeding = {reads} | plan.upstream(reads)
@@ -425,6 +439,6 @@ def check_sink_takes_updates(plan: Plan, sink: str, where: str, connector: Any, 
     what = f"a {kind} sink (its member {member[0]!r}, a {_sink_kind(member[1])} sink)" if member else f"a {kind} sink"
     raise PlanError(f"sink {sink!r} ({where}): {what} cannot take the updates of step {updating.name!r} "
                     f"({updating.defined_at}), which emits updates (Spark's update mode: each micro-batch emits "
-                    f"again every group it changed): {why}; write the updates to a sink that replaces a row by its "
-                    "key (hr.sinks.Postgres(..., key=[...]), hr.sinks.Delta(..., key=[...])), or emit each result "
-                    "once (a window with emit='final')")
+                    f"again every group it changed): {why}; write the updates to a sink that keeps each group's last "
+                    f"update by its key: {sinks_keeping_updates()}; or emit each result once (a window with "
+                    "emit='final')")

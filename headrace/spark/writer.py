@@ -79,6 +79,8 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         writer = writer.trigger(processingTime=interval)
     if native:
         writer = writer.format(native).options(**sinks[0].connector.native_options())
+        if sinks[0].connector.partition_by:
+            writer = writer.partitionBy(*sinks[0].connector.partition_by)
         if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stateful:
             writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
