@@ -122,10 +122,23 @@ def test_every_kind_of_join_and_a_window_join_in_one_query(spark, tmp_path):
             how, sinks[how])
     windowed = TestSink()
     bids.join(auctions, on={"auction": "id"}, window=hr.Tumbling("20s"), name="window_join").sink("windowed", windowed)
+    sql_left = TestSink()  # the left join again, as SQL
+    p.sql("SELECT b.auction, b.price, b.bt, a.id, a.seller, a.at FROM bids b LEFT JOIN auctions a "
+          "ON b.auction = a.id AND a.at BETWEEN b.bt - INTERVAL 10 SECONDS AND b.bt + INTERVAL 10 SECONDS",
+          name="sql_left_join").sink("sql_left", sql_left)
+    earlier = TestSink()  # a self-join: each bid with the other bids for its auction in the 30 s before it
+    p.sql("SELECT b1.auction, b1.price, b2.price AS earlier FROM bids b1 JOIN bids b2 ON b1.auction = b2.auction "
+          "AND b2.bt BETWEEN b1.bt - INTERVAL 30 SECONDS AND b1.bt AND b1.price <> b2.price",
+          name="sql_self_join").sink("earlier", earlier)
     assert "native Spark stream-stream join (full_outer" in p.explain()
     run_to_completion(p, state_dir=str(tmp_path))
     for how, sink in sinks.items():
         assert got(sink) == model_join(how, within, lag=1), how
+    assert got(sql_left) == model_join("left", within, lag=1)
+    bids = on_time(BIDS, "bt", AUCTIONS, "at", lag=1)
+    assert Counter((r["auction"], r["price"], r["earlier"]) for r in earlier.rows()) == Counter(
+        (b1["auction"], b1["price"], b2["price"]) for b1 in bids for b2 in bids
+        if b1["auction"] == b2["auction"] and -30 * S <= b2["bt"] - b1["bt"] <= 0 and b1["price"] != b2["price"])
     assert got(windowed) == model_join("inner", same_window, lag=1)
     starts = {(r["auction"], millis(r["window_start"]), millis(r["window_end"])) for r in windowed.rows()}
     assert starts == {(row[0], row[2] // WINDOW * WINDOW, row[2] // WINDOW * WINDOW + WINDOW)
@@ -140,7 +153,12 @@ def joined_then_windowed(name: str) -> tuple[hr.Pipeline, TestSink]:
                   .aggregate(bids=hr.count(), total=hr.sum("price")))
     sink = TestSink()
     per_seller.sink("per_seller_out", sink)
-    return p, sink
+    in_sql = p.sql("SELECT a.seller, window(b.bt, '1 minute') AS window, count(*) AS bids, sum(b.price) AS total "
+                   "FROM bids b JOIN auctions a ON b.auction = a.id "
+                   "AND a.at >= b.bt - INTERVAL 10 SECONDS AND a.at <= b.bt + INTERVAL 10 SECONDS "
+                   "GROUP BY a.seller, window(b.bt, '1 minute')", name="per_seller_sql")
+    in_sql.sink("per_seller_sql_out", sink_sql := TestSink())
+    return p, sink, sink_sql
 
 
 def model_per_seller() -> list[tuple[Any, ...]]:
@@ -157,16 +175,19 @@ def per_seller_rows(sink: TestSink) -> list[tuple[Any, ...]]:
 
 
 def test_a_join_chained_into_a_window_restarts_from_its_checkpoint_with_the_same_output(spark, tmp_path):
+    """The join and the window in the fluent API, and the same in one SQL query, side by side."""
     state = str(tmp_path / "state")
-    first, sink = joined_then_windowed("joins_restart")
+    first, sink, sink_sql = joined_then_windowed("joins_restart")
     assert "lowered as: native Spark window aggregate, append mode" in first.explain()
     run = PipelineRun(first, state_dir=state, progress="quiet").start()
     run.wait(until_exhausted=True, on_settled=lambda r: r.request_stop("test"))  # after the first step
     assert not run.exhausted()
-    second, sink_after = joined_then_windowed("joins_restart")
+    second, sink_after, sink_sql_after = joined_then_windowed("joins_restart")
     sink_after.batches.update(sink.batches)
+    sink_sql_after.batches.update(sink_sql.batches)
     PipelineRun(second, state_dir=state, progress="quiet").start().wait(until_exhausted=True)
     assert per_seller_rows(sink_after) == model_per_seller()
+    assert per_seller_rows(sink_sql_after) == model_per_seller()
 
 
 # -- refused as the pipeline is built ------------------------------------------------------------------
@@ -180,7 +201,30 @@ def refusal(build: Callable[[hr.Pipeline, hr.Stream, hr.Stream], Any]) -> str:
     return str(caught.value)
 
 
+JOINED = "SELECT b.auction, a.seller FROM bids b JOIN auctions a ON b.auction = a.id"
+BOUND = " AND a.at BETWEEN b.bt - INTERVAL 1 MINUTE AND b.bt"
+
+
 @pytest.mark.parametrize("build, message", [
+    (lambda p, b, a: p.sql(JOINED),
+     r"step 'sql' \(test_stream_joins.py:\d+\): the join of stream 'a' is not bounded in event time from below and "
+     r"above by another stream's: Spark would keep every record of both sides in its state forever. Add a condition "
+     r"on both event times to its ON clause, e.g. AND a.at BETWEEN b.bt - INTERVAL 10 SECONDS AND b.bt \+ INTERVAL "
+     r"10 SECONDS\n  at line 1, column 45 of the query:"),
+    (lambda p, b, a: p.sql(JOINED + " AND a.at > b.bt - INTERVAL 1 MINUTE"),
+     r"the join of stream 'a' is not bounded in event time from above by another stream's"),
+    (lambda p, b, a: p.sql(JOINED.replace("auctions a", "plain a") + BOUND)
+     if p.source("plain", TestSource([], schema=AUCTION)) else None,
+     r"the query joins streams, and stream 'a' \('plain'\) has no event time"),
+    (lambda p, b, a: p.sql("SELECT a.seller, count(*) AS n FROM bids b JOIN auctions a ON b.auction = a.id" + BOUND
+                           + " GROUP BY a.seller"),
+     r"an aggregate without a window \(update mode\) cannot follow a join of streams in one query"),
+    (lambda p, b, a: p.sql(JOINED.replace("SELECT", "SELECT DISTINCT") + BOUND),
+     r"DISTINCT cannot follow a join of streams in one query"),
+    (lambda p, b, a: p.sql("SELECT count(*) AS n FROM bids b JOIN auctions a ON b.auction = a.id" + BOUND
+                           + " GROUP BY window(b.price, '1 minute')"),
+     r"window\(\) must read the event-time field of one of the streams \('at', 'bt'\)"),
+
     (lambda p, b, a: b.join(a, on={"auction": "id"}),
      r"step 'join' \(test_stream_joins.py:\d+\): a join of two streams keeps every record of both sides .* "
      r"needs a bound in event time: within=\(lower, upper\)"),

@@ -362,14 +362,16 @@ class PortNode(Node):
 # The shapes of an SQL query (``headrace/plan/sql_query.py`` tells them apart) and the Spark
 # output mode of each; None: stateless.
 STATELESS, WINDOWED, AGGREGATE, DISTINCT = "stateless", "windowed aggregate", "aggregate", "distinct"
-SQL_OUTPUT_MODES: dict[str, str | None] = {STATELESS: None, WINDOWED: "append", AGGREGATE: "update", DISTINCT: "append"}
+JOINED = "join of streams"  # Spark's stream-stream join, maybe then a windowed aggregate
+SQL_OUTPUT_MODES: dict[str, str | None] = {STATELESS: None, WINDOWED: "append", AGGREGATE: "update", DISTINCT: "append",
+                                           JOINED: "append"}
 
 
 @dataclass(frozen=True)
 class SqlNode(Node):
     """A Spark SQL query over the plan's streams and tables (``inputs``: the steps it reads, in
     order of appearance in the query). ``shape`` is what the query is (``headrace/plan/sql_query.py``):
-    ``stateless``, ``windowed aggregate``, ``aggregate`` or ``distinct``."""
+    ``stateless``, ``windowed aggregate``, ``aggregate``, ``distinct`` or ``join of streams``."""
 
     kind: ClassVar[str] = "sql"
     query: str = ""

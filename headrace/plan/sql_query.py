@@ -8,6 +8,9 @@ query is, which decides how the step runs:
 * ``windowed aggregate``: a GROUP BY with Spark's ``window()`` or ``session_window()`` on
   the stream's event time; stateful, append mode (a window is emitted once, when the
   watermark passes its end);
+* ``join of streams``: several streams joined, each bounded in event time by another in its
+  ON clause (``headrace/plan/sql_joins.py``), maybe then grouped by ``window()``; stateful,
+  append mode (Spark's stream-stream join);
 * ``aggregate``: a GROUP BY (or an aggregate) without a window; stateful, update mode (each
   micro-batch emits the groups it changed, with their values so far);
 * ``distinct``: SELECT DISTINCT (on the outer query, without GROUP BY or aggregates); runs the
@@ -37,6 +40,7 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
     AGGREGATE,
     DISTINCT,
+    JOINED,
     STATELESS,
     WINDOWED,
     EventTimeNode,
@@ -45,6 +49,7 @@ from headrace.plan.nodes import (
     SqlNode,
     TableNode,
 )
+from headrace.plan.sql_joins import StreamSide, Unbounded, check_joins_bounded
 
 WINDOW_FUNCTIONS = ("window", "session_window")
 # Spark aggregate functions sqlglot reads as plain (anonymous) functions.
@@ -262,6 +267,28 @@ def shape_of(query: str, tree: exp.Expr) -> str:
     return AGGREGATE
 
 
+def _joined_shape(query: str, tree: exp.Expr, shape: str, streams: dict[str, Any]) -> str:
+    """The shape of a query that joins streams (``streams``: each by the name the query calls
+    it), or _Refused: Spark's stream-stream join emits each match once (append mode), so the
+    query may go on to windows but not to an aggregate without one, nor to DISTINCT."""
+    for name, node in streams.items():
+        if node.event_time is None:
+            raise _Refused(f"the query joins streams, and stream {name!r} ({node.name!r}) has no event time: Spark "
+                           "keeps a join's records until the watermark shows no match can come; declare it with "
+                           ".with_event_time('field', max_out_of_orderness) (or event_time= on the source)")
+    if shape in (AGGREGATE, DISTINCT):
+        what = "DISTINCT" if shape == DISTINCT else "an aggregate without a window (update mode)"
+        raise _Refused(f"{what} cannot follow a join of streams in one query: Spark runs a stream-stream join in "
+                       "append mode only; group by window(...) on an event time, or sink the join and aggregate "
+                       "in another pipeline", _keyword_position(query, "DISTINCT", "GROUP BY"))
+    sides = {name: StreamSide(name, str(node.event_time)) for name, node in streams.items()}
+    try:
+        check_joins_bounded(tree, sides)
+    except Unbounded as unbounded:
+        raise _Refused(unbounded.message, _position(query, unbounded.node)) from None
+    return JOINED
+
+
 def _check_updates_are_exact(query: str, select: exp.Select) -> None:
     """An aggregate without a window runs in update mode: each micro-batch emits the groups it
     changed, and a sink keeps a group's last row. A filter on the aggregate's results (HAVING,
@@ -324,17 +351,11 @@ def sql_node(plan: Plan, step: str, where: str, query: Any) -> SqlNode:
     if not streams:
         raise query_error(step, where, query, "the query reads no stream, only tables; an SQL step reads one "
                                               f"stream (pipeline {plan.name!r} has the streams {all_streams})")
-    if len(streams) > 1:
-        names = list(dict.fromkeys(read[r.name] for r in streams))
-        what = (f"the stream {names[0]!r} twice" if len(names) == 1
-                else f"{len(names)} streams ({', '.join(map(repr, names))})")
-        raise query_error(step, where, query, f"the query reads {what}; an SQL step reads one stream, once, and "
-                                              "joins it with tables (pipeline.table(...)): stream-stream joins are "
-                                              "not supported; unite streams with stream.union(...) first",
-                          Position.at(query, streams[1].start, streams[1].end - streams[1].start + 1))
     stream = plan.nodes[read[streams[0].name]]
     try:
         shape = shape_of(query, tree)
+        if len(streams) > 1:
+            shape = _joined_shape(query, tree, shape, {r.alias or r.name: plan.nodes[read[r.name]] for r in streams})
     except _Refused as refused:
         raise query_error(step, where, query, refused.message, refused.position) from None
     for call in window_calls(tree):
@@ -346,11 +367,13 @@ def sql_node(plan: Plan, step: str, where: str, query: Any) -> SqlNode:
                                                   "max_out_of_orderness) (or event_time= on the source) and query "
                                                   "that stream", at)
         time = call.expressions[0] if call.expressions else None
-        if not (isinstance(time, exp.Column) and time.name == stream.event_time):
+        times = {plan.nodes[read[r.name]].event_time for r in streams}
+        if not (isinstance(time, exp.Column) and time.name in times):
             got = time.sql(dialect=_SparkSql) if time is not None else "nothing"
-            raise query_error(step, where, query, f"{function}() must read the event-time field "
-                                                  f"{stream.event_time!r} of stream {stream.name!r}, whose watermark "
-                                                  f"closes the windows; it reads {got}", at)
+            owner = (f"{stream.event_time!r} of stream {stream.name!r}" if len(streams) == 1 else
+                     "of one of the streams (" + ", ".join(sorted(repr(t) for t in times if t)) + ")")
+            raise query_error(step, where, query, f"{function}() must read the event-time field {owner}, whose "
+                                                  f"watermark closes the windows; it reads {got}", at)
     qualifiers = {streams[0].alias or streams[0].name}
     event_time = (stream.event_time if shape == STATELESS and stream.event_time is not None
                   and keeps_column(tree, stream.event_time, qualifiers) else None)

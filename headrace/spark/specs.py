@@ -20,8 +20,10 @@ from headrace.plan import nodes
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
     DISTINCT,
+    JOINED,
     RESULT_TIME,
     SQL_OUTPUT_MODES,
+    WINDOWED,
     KeyByNode,
     LateRecordsNode,
     Node,
@@ -57,6 +59,8 @@ def _mode_or_kind(node: dict[str, Any]) -> str:
 class NodeSpec:
     per_batch: bool = False  # gives the same rows on one micro-batch's DataFrame as on the stream
     stateful: bool = False  # keeps state in Spark's state store across micro-batches
+    # how many stateful operators it may put in Spark's query (an SQL join may aggregate after it)
+    operators: int = 1
     output_mode: Callable[[Any], str | None] = _no_output_mode  # the Spark output mode it needs
     runs_alone: Callable[[Any], bool] = _never  # its Spark operator cannot share a query with another
     reads_watermark: bool = False  # its results depend on the watermark (windows, timers)
@@ -219,10 +223,12 @@ def _connector_type(node: dict[str, Any]) -> str:
 SQL_SPECS: dict[str, NodeSpec] = {
     shape: NodeSpec(per_batch=mode is None, stateful=mode is not None,
                     output_mode=lambda node: SQL_OUTPUT_MODES[node.shape],
-                    reads_watermark=shape == "windowed aggregate", pushes_filter=lambda node: True,
+                    reads_watermark=shape in (WINDOWED, JOINED), pushes_filter=lambda node: True,
+                    operators=2 if shape == JOINED else 1,
                     feeds_stage=_sql_feeds, follows_stage=lambda node: NO_SQL_TIME,
                     timeless=lambda node: f"it {_sql_feeds(node)}", label="SQL step",
-                    appending="an SQL query with DISTINCT" if shape == DISTINCT else "a windowed SQL query",
+                    appending={DISTINCT: "an SQL query with DISTINCT", JOINED: "an SQL query joining streams"}.get(
+                        shape, "a windowed SQL query"),
                     real_time=_sql_real_time if mode == "append" else _nothing, compare_state=state_changes.compare_sql)
     for shape, mode in SQL_OUTPUT_MODES.items()}
 _SPECS: dict[type[Node], NodeSpec] = {
@@ -296,8 +302,9 @@ def spec_of_json(node: dict[str, Any]) -> NodeSpec:
 # -- stateful steps in the query: a window's operator, and results that carry their event time --
 
 def stateful_steps(plan: Plan) -> int:
-    """How many stateful steps the query runs."""
-    return sum(1 for node in plan.nodes.values() if spec_of(node).stateful)
+    """How many stateful operators the query may run (one per stateful step, two for an SQL
+    query that joins streams: Spark runs several only with ``stages.ALLOW_MULTIPLE``)."""
+    return sum(spec_of(node).operators for node in plan.nodes.values() if spec_of(node).stateful)
 
 
 def walk(plan: Plan, names: Iterable[str], onwards: Callable[[Node], Iterable[str]]) -> Iterator[Node]:

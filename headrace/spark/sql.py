@@ -59,7 +59,9 @@ def sql_lowered_as(plan: Plan, node: SqlNode) -> str:
                                  "passes its end)",
            "aggregate": "native streaming aggregate, update mode (each micro-batch emits the groups it changed)",
            "distinct": "the query without DISTINCT, then Spark's streaming dropDuplicates, append mode (each "
-                       "distinct row is emitted once)"}
+                       "distinct row is emitted once)",
+           "join of streams": "Spark's stream-stream join (both sides kept in the state store until the "
+                              "watermark passes their bound), append mode"}
     return f"Spark SQL over temp views of {views}: {how[node.shape]}"
 
 

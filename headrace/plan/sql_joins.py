@@ -1,0 +1,94 @@
+"""SQL queries that join streams, checked at plan time with sqlglot (docs/sql.md, docs/joins.md).
+
+Spark runs a join of two streams with its stream-stream join, which keeps the records of
+both sides in its state until the watermark shows that no match can come. It can tell that
+only from the join's condition, when the condition bounds one side's event time by the
+other's from below and from above; without that bound Spark keeps every record forever. So
+each stream joined in a query must be bounded that way in its ON clause, and every stream
+the query reads needs its event time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+# A comparison ``a op b`` bounds a's side from below (">", ">=") or from above ("<", "<=").
+_FROM_BELOW = (exp.GT, exp.GTE)
+_FROM_ABOVE = (exp.LT, exp.LTE)
+
+
+@dataclass(frozen=True)
+class StreamSide:
+    """A stream the query reads: the name it goes by in the query (its alias, else its name)
+    and its event-time field."""
+
+    name: str
+    event_time: str
+
+
+class Unbounded(Exception):
+    def __init__(self, message: str, node: exp.Expr) -> None:
+        super().__init__(message)
+        self.message, self.node = message, node
+
+
+def _side_of(expression: exp.Expr, sides: list[StreamSide]) -> StreamSide | None:
+    """The stream whose event time ``expression`` reads (alone among the streams' event times)."""
+    found = set()
+    for column in expression.find_all(exp.Column):
+        for side in sides:
+            if column.name == side.event_time and column.table in (side.name, ""):
+                if column.table or sum(s.event_time == column.name for s in sides) == 1:
+                    found.add(side)
+    return found.pop() if len(found) == 1 else None
+
+
+def _bounds(condition: exp.Expr, side: StreamSide, sides: list[StreamSide]) -> tuple[bool, bool]:
+    """Whether ``condition`` bounds ``side``'s event time by another stream's from below and
+    from above."""
+    below = above = False
+
+    def other(expression: exp.Expr) -> bool:
+        found = _side_of(expression, sides)
+        return found is not None and found != side
+
+    for node in condition.find_all(exp.Between, *_FROM_BELOW, *_FROM_ABOVE):
+        if isinstance(node, exp.Between):
+            value, low, high = node.this, node.args["low"], node.args["high"]
+            if _side_of(value, sides) == side:
+                below, above = below or other(low), above or other(high)
+            elif other(value):
+                below = below or _side_of(high, sides) == side  # value <= high: high bounded from below
+                above = above or _side_of(low, sides) == side
+            continue
+        left, right = node.this, node.expression
+        if _side_of(left, sides) == side and other(right):
+            below, above = below or isinstance(node, _FROM_BELOW), above or isinstance(node, _FROM_ABOVE)
+        elif _side_of(right, sides) == side and other(left):
+            below, above = below or isinstance(node, _FROM_ABOVE), above or isinstance(node, _FROM_BELOW)
+    return below, above
+
+
+def check_joins_bounded(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
+    """Raise ``Unbounded`` for a stream joined without a bound on its event time from below and
+    above by another stream's in the ON clause. ``sides``: each stream by the name the query
+    calls it."""
+    all_sides = list(sides.values())
+    for join in tree.find_all(exp.Join):
+        joined = join.this
+        if not isinstance(joined, exp.Table) or joined.alias_or_name not in sides:
+            continue
+        side = sides[joined.alias_or_name]
+        condition = join.args.get("on")
+        below, above = _bounds(condition, side, all_sides) if condition is not None else (False, False)
+        if below and above:
+            continue
+        missing = "from below and above" if not (below or above) else "from above" if below else "from below"
+        other = next(s for s in all_sides if s != side)
+        mine, theirs = f"{side.name}.{side.event_time}", f"{other.name}.{other.event_time}"
+        raise Unbounded(f"the join of stream {side.name!r} is not bounded in event time {missing} by another "
+                        f"stream's: Spark would keep every record of both sides in its state forever. Add a "
+                        f"condition on both event times to its ON clause, e.g. AND {mine} BETWEEN {theirs} - "
+                        f"INTERVAL 10 SECONDS AND {theirs} + INTERVAL 10 SECONDS", joined)
