@@ -238,7 +238,8 @@ sinks:
      "pipeline.yaml:11: step 'step': event-time field 'user' is a string; it must be a timestamp or epoch "
      "milliseconds (long)"),
     ("    join: userz\n    on: user",
-     "pipeline.yaml:11: step 'step': 'userz' is not a table under tables:; the tables are none"),
+     "pipeline.yaml:11: step 'step': join: 'userz' is neither a table under tables: nor a source or step; the tables "
+     "are none; the sources and steps are clicks"),
     ("    union: [step]",
      "pipeline.yaml:11: step 'step': the steps read from each other in a cycle: step -> step"),
     ("    late_records: true",

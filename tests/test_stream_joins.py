@@ -255,3 +255,47 @@ BOUND = " AND a.at BETWEEN b.bt - INTERVAL 1 MINUTE AND b.bt"
 ])
 def test_a_join_spark_could_not_run_or_would_keep_forever_is_refused(build, message):
     assert re.search(message, refusal(build)), refusal(build)
+
+
+# -- in a pipeline file --------------------------------------------------------------------------------
+
+JOIN_FILE = """
+pipeline: joins_in_a_file
+sources:
+  bids: {type: TestSource, batches: [], schema: "auction long, price long, bt long", event_time: bt}
+  auctions: {type: TestSource, batches: [], schema: "id long, seller string, at long", event_time: at}
+steps:
+  - name: with_seller
+    from: bids
+    join: auctions
+    on: {auction: id}
+    how: left
+    within: [-10s, 10s]
+  - name: in_windows
+    from: bids
+    join: auctions
+    on: {auction: id}
+    in_window: {tumbling: 20s}
+sinks:
+  out: {type: TestSink, from: with_seller}
+  windows: {type: TestSink, from: in_windows}
+"""
+
+
+def test_a_pipeline_file_joins_two_streams_as_the_fluent_api_does(tmp_path):
+    from headrace.api.pipeline_file import load_pipeline_file
+
+    path = tmp_path / "joins.yaml"
+    path.write_text(JOIN_FILE)
+    from_file = load_pipeline_file(path, environ={}).plan
+    p = hr.Pipeline("joins_in_a_file")
+    bids, auctions = sources(p)
+    bids.join(auctions, on={"auction": "id"}, how="left", within=("-10s", "10s"), name="with_seller")
+    bids.join(auctions, on={"auction": "id"}, window=hr.Tumbling("20s"), name="in_windows")
+    for name in ("with_seller", "in_windows"):
+        mine, theirs = from_file.nodes[name].to_json(), p.plan.nodes[name].to_json()
+        assert {k: v for k, v in mine.items() if k != "defined_at"} == \
+            {k: v for k, v in theirs.items() if k != "defined_at"}
+    path.write_text(JOIN_FILE.replace("    within: [-10s, 10s]\n", ""))
+    with pytest.raises(PlanError, match=r"joins.yaml:\d+.*step 'with_seller'.*needs a bound in event time"):
+        load_pipeline_file(path, environ={})

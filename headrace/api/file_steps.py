@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from headrace import aggregates
-from headrace.api.located_yaml import Located
+from headrace.api.located_yaml import Located, closest
 from headrace.api.step_context import IDENTIFIER, StepContext, StepKind
 from headrace.api.stream import WindowResult
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
@@ -108,13 +108,37 @@ def _map_batches(step: StepContext) -> Any:
                                   schema=step.plain_option("schema"), name=step.name)
 
 
-@step_kind("join", options=("on", "how"))
+@step_kind("join", options=("on", "how", "within", "in_window"))
 def _join(step: StepContext) -> Any:
-    """Enrich each record with the row of a table (under tables:) with the same `on` fields."""
-    on = step.required_option("on", "the fields to join on, e.g. on: user_id")
-    fields = [step.text(item) for item in step.listed(on, "on")] if on.is_list else step.text(on)
+    """Join a table (under tables:) on the `on` fields, or a stream bounded in event time (within, in_window)."""
+    on = step.required_option("on", "the fields to join on, e.g. on: user_id, or on: {auction: id}")
+    fields: Any = step.text(on) if not (on.is_list or on.is_map) else (
+        [step.text(item) for item in step.listed(on, "on")] if on.is_list
+        else {left: step.text(right) for left, right in step.mapping(on, "on").items()})
     how = step.plain_option("how") or "inner"
-    return step.input.join(step.table(step.action), fields, how=how, name=step.name)
+    other = step.builder.kind_of.get(str(step.action.text))
+    if other == "table":
+        return step.input.join(step.table(step.action), fields, how=how, name=step.name)
+    if other not in ("source", "step"):
+        tables = [n for n, kind in step.builder.kind_of.items() if kind == "table"]
+        streams = [n for n, kind in step.builder.kind_of.items() if kind in ("source", "step") and n != step.name]
+        raise step.fail(step.action, f"join: {step.action.describe()} is neither a table under tables: nor a source "
+                                     f"or step{closest(str(step.action.text), tables + streams)}; the tables are "
+                                     f"{', '.join(tables) or 'none'}; the sources and steps are "
+                                     f"{', '.join(streams) or 'none'}")
+    # in_window, not window: that key is the window step's action
+    within, window = step.option("within"), step.option("in_window")
+    bound = tuple(item.value for item in step.listed(within, "within")) if within and within.is_list else (
+        within.value if within else None)
+    shape = None
+    if window is not None:
+        if window.is_map:
+            step.check_keys(window, ("tumbling",), "in_window")
+            with step.at(window["tumbling"]):
+                shape = _window_shape(step, "tumbling", window["tumbling"])
+        else:
+            shape = Tumbling(window.value)
+    return step.input.join(step.stream(step.action), fields, how=how, within=bound, window=shape, name=step.name)
 
 
 @step_kind("union")
@@ -232,8 +256,6 @@ def aggregates_of(step: StepContext, spec: Located) -> dict[str, aggregates.Agg]
         match = _AGGREGATE.match(value.value) if value.is_scalar and isinstance(value.value, str) else None
         func = match.group("func").lower() if match else ""
         if func not in aggregates.FUNCTIONS:
-            from headrace.api.located_yaml import closest
-
             raise step.fail(value, f"aggregate {out}: {value.describe()} is not an aggregate"
                                    f"{closest(func, aggregates.FUNCTIONS) if func else ''}; write count, sum(col), "
                                    "min(col), max(col) or mean(col)")

@@ -515,11 +515,14 @@ class _FileBuilder:
 
 
 def _references(spec: Located) -> list[Located]:
-    """The streams a step names: its ``from:`` and a union's others."""
+    """The streams a step names: its ``from:``, a union's others and a join's other (a stream
+    or a table: a table read by nothing else is refused as a table, so either counts)."""
     found = [spec["from"]] if "from" in spec else []
     union = spec.get("union")
     if union is not None:
         found += union.value if union.is_list else [union]
+    if "join" in spec:
+        found.append(spec["join"])
     return found
 
 
