@@ -33,6 +33,7 @@ from headrace.plan.nodes import DISTINCT, SQL_OUTPUT_MODES, SqlNode
 from headrace.plan.sql_query import (
     Position,
     Rewritten,
+    exact_distinct_counts,
     query_error,
     restore_names,
     rewrite,
@@ -77,7 +78,7 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
         views[name] = view_name(lowering.plan.name, node.name, name)
         df.createOrReplaceTempView(views[name])
     in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
-    query = without_distinct(node.query) if node.shape == DISTINCT else node.query
+    query = exact_distinct_counts(without_distinct(node.query) if node.shape == DISTINCT else node.query)
     rewritten = rewrite(query, in_query)
     try:
         with _quiet_query_errors():
