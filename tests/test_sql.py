@@ -273,15 +273,23 @@ def test_a_stream_joined_with_a_static_table(spark):
     assert len(out["raw"]) == len(all_clicks())
 
 
+def path_depth(url: str) -> int:
+    """A Python function for SQL (``p.udf``)."""
+    return url.count("/")
+
+
 def test_a_stateless_query_feeds_a_fluent_window_and_a_sink(spark):
     p = clicks_pipeline("sql_then_window", CLICK_BATCHES)
-    pages = p.sql("SELECT user, ts, upper(url) AS page FROM clicks WHERE url <> '/b'", name="pages_sql")
+    p.udf("path_depth", path_depth, returns="long")
+    pages = p.sql("SELECT user, ts, upper(url) AS page, path_depth(url) AS depth FROM clicks WHERE url <> '/b'",
+                  name="pages_sql")
     pages.sink("pages", TestSink())
     pages.key_by("user").window(hr.Tumbling("2m"), name="per_user_2m").count().sink("per_user", TestSink())
     out = run_to_completion(p)
     kept = [r for r in all_clicks() if r["url"] != "/b"]
-    assert sorted((r["user"], r["ts"], r["page"]) for r in out["pages"]) == sorted(
-        (r["user"], at(r["ts"]), r["url"].upper()) for r in kept)
+    assert sorted((r["user"], r["ts"], r["page"], r["depth"]) for r in out["pages"]) == sorted(
+        (r["user"], at(r["ts"]), r["url"].upper(), r["url"].count("/")) for r in kept)
+    assert {r["depth"] for r in out["pages"]} == {1, 2}
     expected = Counter((r["user"], r["ts"] - r["ts"] % (2 * MINUTE)) for r in kept)
     assert sorted((r["user"], r["window_start"], r["count"]) for r in out["per_user"]) == sorted(
         (user, at(start), n) for (user, start), n in expected.items())
@@ -432,3 +440,16 @@ def test_a_filter_after_the_event_time_declaration_does_not_hide_records_from_th
     out = run_to_completion(q)
     assert sorted((r["window_start"], r["window_end"], r["count"]) for r in out["out"]) == expected
 
+
+
+@pytest.mark.parametrize("register, message", [
+    (lambda p: p.udf("path depth", path_depth), r"udf \(test_sql.py:\d+\): the name must be an SQL identifier"),
+    (lambda p: p.udf("depth", 3), r"udf 'depth' \(test_sql.py:\d+\): expected a function, got int"),
+    (lambda p: p.udf("depth", path_depth, returns="decimal"),
+     r"returns='decimal' is not a column type; use one of string, long"),
+    (lambda p: (p.udf("depth", path_depth), p.udf("depth", len)),
+     r"udf 'depth' \(test_sql.py:\d+\): a function of that name is registered already, at test_sql.py:\d+"),
+])
+def test_a_function_for_sql_is_refused_with_the_reason(register, message):
+    with pytest.raises(hr.PlanError, match=message):
+        register(clicks_pipeline("udfs"))

@@ -7,6 +7,7 @@ until the pipeline runs.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
 from headrace.api.operator_dag import add_operator, add_stream
 from headrace.api.stream_joins import stream_join
-from headrace.code_locations import function_label, user_location
+from headrace.code_locations import function_label, remember_definitions, user_location
 from headrace.contract import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
 from headrace.environment.admission import BatchDuration
@@ -35,12 +36,13 @@ from headrace.plan.nodes import (
     RollingAggregateNode,
     SinkNode,
     SourceNode,
+    SqlFunction,
     TableNode,
     UnionNode,
     WindowAggregateNode,
 )
 from headrace.process import KeyedProcessFunction, check_process_function
-from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, UNKNOWN, Schema, is_record_class, schema_of
+from headrace.schema import COLUMN_TYPES, PYTHON_TYPES, TYPE_ALIASES, UNKNOWN, Schema, is_record_class, schema_of
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.real_time import MICRO_BATCH, check_trigger
 from headrace.spark.specs import check_sink_takes_updates, updating_step
@@ -184,6 +186,25 @@ class Pipeline:
         if node.shape != STATELESS:
             check_stage(self.plan, node)
         return Stream(self, self.plan.add(node))
+
+    def udf(self, name: str, fn: Callable[..., Any], *, returns: str = "string") -> None:
+        """Register ``fn`` for this pipeline's SQL queries as ``name(...)``, returning a value of
+        the column type ``returns``; Spark calls it on Arrow batches of rows (see docs/sql.md)."""
+        where = user_location()
+        what = f"udf {name!r} ({where})"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise PlanError(f"udf ({where}): the name must be an SQL identifier (letters, digits, _), got {name!r}")
+        if name in self.plan.functions:
+            raise PlanError(f"{what}: a function of that name is registered already, at "
+                            f"{self.plan.functions[name].defined_at}")
+        if not callable(fn) or isinstance(fn, type):
+            raise PlanError(f"{what}: expected a function, got {type(fn).__name__}")
+        kind = TYPE_ALIASES.get(returns) if isinstance(returns, str) else None
+        if kind is None:
+            raise PlanError(f"{what}: returns={returns!r} is not a column type; use one of "
+                            f"{', '.join(COLUMN_TYPES)}")
+        remember_definitions(fn)
+        self.plan.functions[name] = SqlFunction(name, fn, kind, where)
 
     # -- inspecting and running -----------------------------------------------------------------
     def validate(self) -> Pipeline:

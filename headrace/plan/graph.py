@@ -13,6 +13,7 @@ from headrace.plan.nodes import (
     OperatorNode,
     SinkNode,
     SourceNode,
+    SqlFunction,
     TableNode,
 )
 
@@ -26,6 +27,7 @@ class Plan:
         self.trigger = trigger  # "micro-batch" or "real-time" (headrace/spark/real_time.py)
         self.batch_duration: Any = None  # adaptive admission's target (headrace/environment/admission.py)
         self.nodes: dict[str, Node] = {}
+        self.functions: dict[str, SqlFunction] = {}  # Python functions the SQL queries may call
 
     def add(self, node: Node) -> Node:
         if node.name in self.nodes:
@@ -125,7 +127,8 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         guarantee, parts = self.guarantee()
         return {"pipeline": self.name, "guarantee": guarantee.value, "guarantee_by_connector": parts,
-                "trigger": self.trigger, "nodes": [n.to_json() for n in self.nodes.values()]}
+                "trigger": self.trigger, "nodes": [n.to_json() for n in self.nodes.values()],
+                **({"functions": [f.to_json() for f in self.functions.values()]} if self.functions else {})}
 
     def to_json_text(self) -> str:
         return json.dumps(self.to_json(), indent=2, default=str)

@@ -359,6 +359,20 @@ class PortNode(Node):
         return f"output port {self.inputs[0]}.{self.port}"
 
 
+@dataclass(frozen=True)
+class SqlFunction:
+    """A Python function registered for the pipeline's SQL queries (``pipeline.udf``)."""
+
+    name: str
+    fn: Callable[..., Any] = field(compare=False)
+    returns: str = "string"  # a column type (headrace/schema.py)
+    defined_at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "function": function_label(self.fn), "returns": self.returns,
+                "defined_at": self.defined_at}
+
+
 # The shapes of an SQL query (``headrace/plan/sql_query.py`` tells them apart) and the Spark
 # output mode of each; None: stateless.
 STATELESS, WINDOWED, AGGREGATE, DISTINCT = "stateless", "windowed aggregate", "aggregate", "distinct"

@@ -77,6 +77,8 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
             df = without_control(df)
         views[name] = view_name(lowering.plan.name, node.name, name)
         df.createOrReplaceTempView(views[name])
+    for function in lowering.plan.functions.values():  # the pipeline's Python functions, by their names
+        spark.udf.register(function.name, F.udf(function.fn, function.returns, useArrow=True))
     in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
     query = exact_distinct_counts(without_distinct(node.query) if node.shape == DISTINCT else node.query)
     rewritten = rewrite(query, in_query)

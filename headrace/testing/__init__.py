@@ -46,10 +46,12 @@ def _ship_test_modules(pipeline: Any) -> None:
 
     from pyspark import cloudpickle
 
+    functions = [f.fn for f in pipeline.plan.functions.values()]  # SQL's, then the steps'
     for node in pipeline.plan.nodes.values():
-        for fn in (getattr(node, "fn", None), getattr(node, "reduce_fn", None)):
-            module = sys.modules.get(getattr(fn, "__module__", "") or "")
-            path = getattr(module, "__file__", "") or ""
-            if module is not None and "site-packages" not in path and not module.__name__.startswith("headrace"):
-                if module.__name__ != "__main__":
-                    cloudpickle.register_pickle_by_value(module)
+        functions += [getattr(node, "fn", None), getattr(node, "reduce_fn", None)]
+    for fn in functions:
+        module = sys.modules.get(getattr(fn, "__module__", "") or "")
+        path = getattr(module, "__file__", "") or ""
+        if module is not None and "site-packages" not in path and not module.__name__.startswith("headrace"):
+            if module.__name__ != "__main__":
+                cloudpickle.register_pickle_by_value(module)
