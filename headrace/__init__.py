@@ -30,6 +30,7 @@ _PUBLIC = {
     "headrace.triggers": ("AfterDelay", "AfterWatermark", "CountTrigger", "EveryN"),
     "headrace.windows": ("Count", "Global", "Session", "Sliding", "Tumbling"),
     "headrace.storm": ("BaseWindowedBolt", "Bolt", "Spout", "TopologyContext", "Tuple", "TupleWindow"),
+    "headrace.storm_joins": ("JoinBolt",),
     "headrace.api.topology_builder": ("TopologyBuilder",),
 }
 # Bound now: the function ``expr`` has the name of its module, which would replace it on the
@@ -81,5 +82,6 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from headrace.runtime.runner import RunResult, run
     from headrace.state import ListState, MapState, ValueState
     from headrace.storm import BaseWindowedBolt, Bolt, Spout, TopologyContext, Tuple, TupleWindow
+    from headrace.storm_joins import JoinBolt
     from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
     from headrace.windows import Count, Global, Session, Sliding, Tumbling

@@ -302,3 +302,64 @@ def test_a_pipeline_file_joins_two_streams_as_the_fluent_api_does(tmp_path):
     path.write_text(JOIN_FILE.replace("    within: [-10s, 10s]\n", ""))
     with pytest.raises(PlanError, match=r"joins.yaml:\d+.*step 'with_seller'.*needs a bound in event time"):
         load_pipeline_file(path, environ={})
+
+
+# -- as a Storm JoinBolt ---------------------------------------------------------------------------------
+
+def join_bolt_topology(bolt: hr.JoinBolt) -> tuple[hr.TopologyBuilder, TestSink]:
+    """BIDS and AUCTIONS as two spouts whose timestamp field is ``ts`` on both (as Storm has it)."""
+    builder = hr.TopologyBuilder("join_bolt")
+    renamed = [[{"ts" if k in ("bt", "at") else k: v for k, v in r.items()} for r in batch] for batch in BIDS]
+    builder.set_spout("bids", TestSource(renamed, schema="auction long, price long, ts long"))
+    renamed = [[{"ts" if k in ("bt", "at") else k: v for k, v in r.items()} for r in batch] for batch in AUCTIONS]
+    builder.set_spout("auctions", TestSource(renamed, schema="id long, seller string, ts long"))
+    builder.set_bolt("joiner", bolt, 2).fields_grouping("bids", "auction").fields_grouping("auctions", "id")
+    sink = TestSink()
+    builder.stream("joiner").sink("joined", sink)
+    return builder, sink
+
+
+def test_a_storm_join_bolt_is_a_window_join(spark, tmp_path):
+    builder, sink = join_bolt_topology(
+        hr.JoinBolt("bids", "auction").join("auctions", "id", "bids")
+        .select("bids:auction, bids:price, auctions:seller").with_timestamp_field("ts").with_tumbling_window("20s"))
+    assert "inner join of 'joiner__bids_time' with stream 'joiner__auctions_time'" in builder.pipeline.explain()
+    run_to_completion(builder.create_topology(), state_dir=str(tmp_path))
+    expected = Counter({(auction, price, seller): n for (auction, price, _, _, seller, _), n
+                        in model_join("inner", same_window, lag=0).items()})
+    assert Counter((r["auction"], r["price"], r["seller"]) for r in sink.rows()) == expected
+
+
+def bolt() -> hr.JoinBolt:
+    return hr.JoinBolt("bids", "auction")
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: bolt().select("bids:auction").with_tumbling_window("20s"), r"joins nothing: call join"),
+    (lambda: bolt().join("auctions", "id", "bids").with_tumbling_window("20s"), r"selects no field"),
+    (lambda: bolt().join("auctions", "id", "bids").select("bids:auction"), r"has no window: call with_tumbling_window"),
+    (lambda: bolt().join("auctions", "id", "bids").select("bids:auction").with_tumbling_window("20s"),
+     r"has no timestamp field: call with_timestamp_field"),
+    (lambda: bolt().join("auctions", "id", "persons"), r"'auctions' joins 'persons', which is not the bolt's first"),
+    (lambda: bolt().join("auctions", "id", "bids").join("auctions", "id", "bids"), r"joins two streams; join the"),
+    (lambda: bolt().select("bids:ts, auctions:ts"), r"select gives two fields the name 'ts'"),
+    (lambda: bolt().select("auction"), r"select names each field as component:field, got 'auction'"),
+    (lambda: bolt().join("auctions", "id", "bids").select("persons:name").with_tumbling_window("20s"),
+     r"select names 'persons', which the bolt does not join; it joins auctions, bids"),
+])
+def test_a_join_bolt_is_refused_with_the_reason(build, message):
+    with pytest.raises(PlanError, match=r"JoinBolt\('bids', 'auction'\) \(test_stream_joins.py:\d+\): " + message):
+        join_bolt_topology(build())
+
+
+def test_a_join_bolt_reads_only_the_streams_it_joins():
+    builder, _ = join_bolt_topology(
+        bolt().join("auctions", "id", "bids").select("bids:auction").with_timestamp_field("ts")
+        .with_tumbling_window("20s"))
+    builder.set_spout("persons", TestSource([], schema="id long"))
+    declarer = builder.set_bolt("again", bolt().join("auctions", "id", "bids").select("bids:auction")
+                                .with_timestamp_field("ts").with_tumbling_window("20s"))
+    with pytest.raises(PlanError, match=r"bolt 'again': shuffle_grouping\('persons', stream='default'\) "
+                                        r"\(test_stream_joins.py:\d+\): a JoinBolt reads the default streams of the "
+                                        r"components it joins: bids, auctions"):
+        declarer.shuffle_grouping("persons")

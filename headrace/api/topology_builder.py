@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from headrace.apex_operators import Operator
+from headrace.api.join_bolts import add_join_bolt, join_inputs
 from headrace.api.operator_dag import InputPortRef, OutputPortRef, add_stream
 from headrace.code_locations import user_location
 from headrace.contract import SourceConnector
@@ -44,6 +45,7 @@ from headrace.storm import (
     tick_millis,
     tuple_of,
 )
+from headrace.storm_joins import JoinBolt
 
 if TYPE_CHECKING:
     from headrace.api.stream import Pipeline, Stream
@@ -146,6 +148,10 @@ class TopologyBuilder:
     def set_bolt(self, component_id: str, bolt: Any, parallelism: int = 1) -> BoltDeclarer:
         """Add a bolt with ``parallelism`` tasks; subscribe it to streams through what this returns."""
         what, where = self._new_component("set_bolt", component_id, bolt, parallelism)
+        if isinstance(bolt, JoinBolt):  # Spark's own join, whose parallelism is Spark's
+            declaration = add_join_bolt(self, component_id, bolt)
+            self._add(Component(component_id, "source", component_id, {DEFAULT_STREAM: declaration}))
+            return JoinBoltDeclarer(self, component_id, join_inputs(bolt))
         if not isinstance(bolt, Bolt):
             hint = "; add Apex operators with pipeline.add_operator" if isinstance(bolt, Operator) else ""
             raise PlanError(f"{what} ({where}): expected an hr.Bolt, got {type(bolt).__name__}{hint}")
@@ -352,3 +358,19 @@ class BoltDeclarer:
     def __repr__(self) -> str:
         return f"<BoltDeclarer {self.bolt!r}>"
 
+
+
+class JoinBoltDeclarer(BoltDeclarer):
+    """A JoinBolt's subscriptions: to the streams it joins, whatever the grouping (Spark's join
+    brings each key's tuples together itself)."""
+
+    def __init__(self, builder: TopologyBuilder, bolt: str, inputs: tuple[str, ...]) -> None:
+        super().__init__(builder, bolt)
+        self.inputs = inputs
+
+    def _subscribe(self, method: str, component_id: str, stream: str, grouping: Grouping) -> BoltDeclarer:
+        if component_id not in self.inputs or stream != DEFAULT_STREAM:
+            raise PlanError(f"bolt {self.bolt!r}: {method}({component_id!r}, stream={stream!r}) ({user_location()}): "
+                            f"a JoinBolt reads the default streams of the components it joins: "
+                            f"{', '.join(self.inputs)}")
+        return self
