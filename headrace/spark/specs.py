@@ -72,8 +72,9 @@ class NodeSpec:
     pushes_filter: Callable[[Any], bool] = _never  # may hold a filter Catalyst pushes below the watermark
     # why its results cannot feed a later stateful step in the same query (None: they can)
     feeds_stage: Callable[[Any], str | None] = _nothing
-    # why it cannot read the results of an earlier stateful step in the same query (None: it can)
-    follows_stage: Callable[[Any], str | None] = _nothing
+    # why it cannot read the results of the earlier stateful step (its second argument) in the
+    # same query (None: it can)
+    follows_stage: Callable[[Any, Node], str | None] = _nothing
     result_time: str = "the time it was emitted with"  # the event time of a stateful step's results
     timeless: Callable[[Any], str] = _no_event_time  # why a stateful step's results carry no event time
     label: str = ""  # how a message names a step of this kind: ``window 'per_minute'``
@@ -157,11 +158,11 @@ def _window_feeds(node: Any) -> str | None:
     return None
 
 
-def _window_follows(node: Any) -> str | None:
+def _window_follows(node: Any, earlier: Node) -> str | None:
     return f"{UPDATES} (use emit='final')" if node.emit == "updates" else None
 
 
-def _rolling_follows(node: Any) -> str | None:
+def _rolling_follows(node: Any, earlier: Node) -> str | None:
     return f"is a rolling aggregate, which {UPDATES}; use a window with emit='final'"
 
 
@@ -220,7 +221,7 @@ SQL_SPECS: dict[str, NodeSpec] = {
     shape: NodeSpec(per_batch=mode is None, stateful=mode is not None,
                     output_mode=lambda node: SQL_OUTPUT_MODES[node.shape],
                     reads_watermark=shape == "windowed aggregate", pushes_filter=lambda node: True,
-                    feeds_stage=_sql_feeds, follows_stage=lambda node: NO_SQL_TIME,
+                    feeds_stage=_sql_feeds, follows_stage=lambda node, earlier: NO_SQL_TIME,
                     timeless=lambda node: f"it {_sql_feeds(node)}", label="SQL step",
                     appending="an SQL query with DISTINCT" if shape == DISTINCT else "a windowed SQL query",
                     real_time=_sql_real_time if mode == "append" else _nothing, compare_state=state_changes.compare_sql)
@@ -256,7 +257,7 @@ _SPECS: dict[type[Node], NodeSpec] = {
     nodes.StreamJoinNode: NodeSpec(
         stateful=True, output_mode=lambda node: "append", reads_watermark=True,
         pushes_filter=lambda node: True,  # the not-null filters Spark infers from its keys
-        follows_stage=lambda node: "is a join of two streams, which reads records with their own event time",
+        follows_stage=lambda node, earlier: "is a join of two streams, which reads records with their own event time",
         result_time="the left record's event time (the right's in a right join)",
         timeless=lambda node: "it is a full join, whose rows may lack either side's event time",
         label="join", appending="a join of two streams",
