@@ -166,6 +166,13 @@ def _rolling_follows(node: Any, earlier: Node) -> str | None:
     return f"is a rolling aggregate, which {UPDATES}; use a window with emit='final'"
 
 
+def _join_follows(node: Any, earlier: Node) -> str | None:
+    # a dedupe's results are records of its input, with their own event time
+    if isinstance(earlier, nodes.DedupeNode):
+        return None
+    return "is a join of two streams, which reads records with their own event time"
+
+
 def _sql_feeds(node: Any) -> str:
     return UPDATES if SQL_OUTPUT_MODES[node.shape] == "update" else NO_SQL_TIME
 
@@ -257,12 +264,18 @@ _SPECS: dict[type[Node], NodeSpec] = {
     nodes.StreamJoinNode: NodeSpec(
         stateful=True, output_mode=lambda node: "append", reads_watermark=True,
         pushes_filter=lambda node: True,  # the not-null filters Spark infers from its keys
-        follows_stage=lambda node, earlier: "is a join of two streams, which reads records with their own event time",
+        follows_stage=_join_follows,
         result_time="the left record's event time (the right's in a right join)",
         timeless=lambda node: "it is a full join, whose rows may lack either side's event time",
         label="join", appending="a join of two streams",
         real_time=lambda plan, node, where: f"{where} is a join of two streams, {OUTSIDE}",
         restart_label=lambda node: "join", compare_state=state_changes.compare_stream_join),
+    nodes.DedupeNode: NodeSpec(
+        stateful=True, output_mode=lambda node: "append", reads_watermark=True,
+        result_time="the record's own event time", label="dedupe", appending="a dedupe",
+        real_time=lambda plan, node, where: (f"{where} is a dedupe: Spark's real-time mode does not run "
+                                             "dropDuplicatesWithinWatermark"),
+        restart_label=lambda node: "dedupe", compare_state=state_changes.compare_dedupe),
     nodes.UnionNode: NodeSpec(real_time=_union_real_time),
     nodes.DeadLettersNode: NodeSpec(per_batch=True, reads_every_input=True),
     nodes.SinkNode: NodeSpec(per_batch=True, endpoint="sink", restart_label=_connector_type),
@@ -338,11 +351,11 @@ def result_time_needed(plan: Plan, node: Node) -> bool:
 
 def reads_results(plan: Plan, node: Node) -> bool:
     """Whether the stateful step ``node`` reads the results of another with their event time: a
-    stateful step's (``RESULT_TIME``), or a join's, which keep a side's event time."""
+    stateful step's (``RESULT_TIME``), or a join's or a dedupe's, which keep a record's event time."""
     if plan.nodes[node.inputs[0]].event_time == RESULT_TIME:
         return True
     earlier = nearest_stateful(plan, node.inputs, lambda current: current.inputs)
-    return bool(earlier) and all(isinstance(n, nodes.StreamJoinNode) for n in earlier)
+    return bool(earlier) and all(isinstance(n, (nodes.StreamJoinNode, nodes.DedupeNode)) for n in earlier)
 
 
 def window_needs_processor(plan: Plan, node: Any) -> list[str]:
