@@ -219,6 +219,7 @@ RUN_BY_THEIR_OWN_TEST = {  # a string in the block -> the test that runs it
     'hr.Pipeline("accounts_cdc")': "test_the_cdc_block_of_docs_connectors_md_prints_what_it_shows",
     'hr.Pipeline("orders_by_country")':
         "tests/test_files_partitioning.py::test_the_partitioned_files_of_docs_connectors_md_print_what_it_shows",
+    'hr.Pipeline("first_orders")': "tests/test_dedupe.py::test_the_example_of_docs_dedupe_md_prints_what_it_shows",
 }
 COMPLETE = [b for b in BLOCKS if not b.fragment and not any(s in b.code for s in RUN_BY_THEIR_OWN_TEST)]
 

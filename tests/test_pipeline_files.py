@@ -343,8 +343,8 @@ def test_environment_variables_fill_values_and_keep_their_types(tmp_path):
 
 def test_every_step_kind_is_one_registry_entry():
     assert list(STEP_KINDS) == ["filter", "select", "with_columns", "event_time", "key_by", "map", "flat_map",
-                                "map_batches", "join", "union", "dead_letters", "aggregate", "reduce", "process",
-                                "window", "late_records", "sql", "operator"]
+                                "map_batches", "join", "union", "dead_letters", "dedupe", "aggregate", "reduce",
+                                "process", "window", "late_records", "sql", "operator"]
     assert all(kind.summary for kind in STEP_KINDS.values())
     assert "Failover" not in SINK_TYPES and "Console" in SINK_TYPES and "Socket" in SOURCE_TYPES
 

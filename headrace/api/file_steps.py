@@ -158,7 +158,17 @@ def _dead_letters(step: StepContext) -> Any:
                                       name=step.name)
 
 
-# -- keyed and windowed steps ------------------------------------------------------------------------
+# -- stateful steps: de-duplication, keyed and windowed steps ----------------------------------------
+
+@step_kind("dedupe", options=("within", "keep"))
+def _dedupe(step: StepContext) -> Any:
+    """Drop the records whose fields (a name or a list of names) repeat an earlier record's (docs/dedupe.md)."""
+    action = step.action
+    keys = [step.text(item) for item in step.listed(action, "dedupe")] if action.is_list else step.text(action)
+    within = step.option("within")
+    return step.input.dedupe(keys, within=within.value if within else None, keep=step.plain_option("keep") or "first",
+                             name=step.name)
+
 
 @step_kind("aggregate", options=("ttl",))
 def _aggregate(step: StepContext) -> Any:

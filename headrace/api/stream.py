@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
 from headrace.api.operator_dag import add_operator, add_stream
+from headrace.api.stream_dedupe import dedupe_node
 from headrace.api.stream_joins import stream_join
 from headrace.code_locations import function_label, remember_definitions, user_location
 from headrace.contract import Guarantee, SinkConnector, SourceConnector
@@ -539,6 +540,16 @@ class Stream:
             schema = tuple(self.node.schema) + tuple((n, t) for n, t in table_schema if n not in keys)
         return self._follow(JoinNode(step, (self.node.name, table.node.name), where, schema, self.node.event_time,
                                      on=keys, how=how))
+
+    def dedupe(self, keys: str | Sequence[str], *, within: Any = None, keep: str = "first",
+               name: str | None = None) -> Stream:
+        """Drop the records whose ``keys`` fields equal those of an earlier record: the first
+        record of each key passes, and the key is remembered until the watermark passes that
+        record's event time + ``within`` (default: the max out-of-orderness), on Spark's
+        ``dropDuplicatesWithinWatermark``. Needs event time. See docs/dedupe.md."""
+        step = self.pipeline._name(name, "dedupe")
+        where = user_location()
+        return self._stage(dedupe_node(self.pipeline.plan, self.node, keys, within, keep, step, where))
 
     def union(self, *others: Stream, name: str | None = None) -> Stream:
         """All records of this stream and ``others``, which must have the same fields."""

@@ -269,6 +269,25 @@ class StreamJoinNode(Node):
 
 
 @dataclass(frozen=True)
+class DedupeNode(Node):
+    """Drops each record whose ``on`` fields equal those of an earlier record still remembered:
+    the first record of a key passes, and the key is remembered until the watermark passes that
+    record's event time + ``within_ms`` (None: the watermark's delay). Its output is its input's
+    records, with their own event time (see docs/dedupe.md)."""
+
+    kind: ClassVar[str] = "dedupe"
+    on: tuple[str, ...] = ()
+    within_ms: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"on": list(self.on), "within_ms": self.within_ms}
+
+    def summary(self) -> str:
+        within = "the max out-of-orderness" if self.within_ms is None else describe_millis(self.within_ms)
+        return f"dedupe on {', '.join(self.on)}: keep the first, each key remembered for {within} of event time"
+
+
+@dataclass(frozen=True)
 class UnionNode(Node):
     kind: ClassVar[str] = "union"
 

@@ -8,11 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.durations import describe_millis
 from headrace.plan import nodes
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node
 from headrace.spark import stateless
 from headrace.spark.clocks import spark_ttl
+from headrace.spark.dedupe_lowering import lower_dedupe
 from headrace.spark.join_lowering import SPARK_HOW, lower_stream_join
 from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
 from headrace.spark.process_lowering import lower_process
@@ -79,6 +81,13 @@ def _stream_join_lowered_as(plan: Plan, node: Any) -> str:
             "until the watermark passes their bound)")
 
 
+def _dedupe_lowered_as(plan: Plan, node: Any) -> str:
+    within = ("the watermark's delay" if node.within_ms is None
+              else f"within ({describe_millis(node.within_ms)})")
+    return (f"native Spark dropDuplicatesWithinWatermark on {', '.join(node.on)} (each key kept in the state store "
+            f"until the watermark passes its first record's event time + {within}), append mode")
+
+
 def _window_lowered_as(plan: Plan, node: Any) -> str:
     reasons = window_needs_processor(plan, node)
     if reasons:
@@ -102,6 +111,7 @@ LOWERINGS: dict[type[Node], KindLowering] = {
     nodes.KeyedProcessNode: KindLowering(lower_process, _process_lowered_as),
     nodes.JoinNode: KindLowering(stateless.lower_join, "native stream-static join (broadcast)"),
     nodes.StreamJoinNode: KindLowering(lower_stream_join, _stream_join_lowered_as),
+    nodes.DedupeNode: KindLowering(lower_dedupe, _dedupe_lowered_as),
     nodes.UnionNode: KindLowering(stateless.lower_union, "native union"),
     nodes.DeadLettersNode: KindLowering(stateless.lower_dead_letters,
                                         "native filter of the source's dead-letter columns"),

@@ -76,8 +76,9 @@ class NodeSpec:
     pushes_filter: Callable[[Any], bool] = _never  # may hold a filter Catalyst pushes below the watermark
     # why its results cannot feed a later stateful step in the same query (None: they can)
     feeds_stage: Callable[[Any], str | None] = _nothing
-    # why it cannot read the results of an earlier stateful step in the same query (None: it can)
-    follows_stage: Callable[[Any], str | None] = _nothing
+    # why it cannot read the results of the earlier stateful step (its second argument) in the
+    # same query (None: it can)
+    follows_stage: Callable[[Any, Node], str | None] = _nothing
     result_time: str = "the time it was emitted with"  # the event time of a stateful step's results
     timeless: Callable[[Any], str] = _no_event_time  # why a stateful step's results carry no event time
     label: str = ""  # how a message names a step of this kind: ``window 'per_minute'``
@@ -161,12 +162,19 @@ def _window_feeds(node: Any) -> str | None:
     return None
 
 
-def _window_follows(node: Any) -> str | None:
+def _window_follows(node: Any, earlier: Node) -> str | None:
     return f"{UPDATES} (use emit='final')" if node.emit == "updates" else None
 
 
-def _rolling_follows(node: Any) -> str | None:
+def _rolling_follows(node: Any, earlier: Node) -> str | None:
     return f"is a rolling aggregate, which {UPDATES}; use a window with emit='final'"
+
+
+def _join_follows(node: Any, earlier: Node) -> str | None:
+    # a dedupe's results are records of its input, with their own event time
+    if isinstance(earlier, nodes.DedupeNode):
+        return None
+    return "is a join of two streams, which reads records with their own event time"
 
 
 def _sql_feeds(node: Any) -> str:
@@ -225,7 +233,7 @@ SQL_SPECS: dict[str, NodeSpec] = {
                     output_mode=lambda node: SQL_OUTPUT_MODES[node.shape],
                     reads_watermark=shape in (WINDOWED, JOINED), pushes_filter=lambda node: True,
                     operators=2 if shape == JOINED else 1,
-                    feeds_stage=_sql_feeds, follows_stage=lambda node: NO_SQL_TIME,
+                    feeds_stage=_sql_feeds, follows_stage=lambda node, earlier: NO_SQL_TIME,
                     timeless=lambda node: f"it {_sql_feeds(node)}", label="SQL step",
                     appending={DISTINCT: "an SQL query with DISTINCT", JOINED: "an SQL query joining streams"}.get(
                         shape, "a windowed SQL query"),
@@ -262,12 +270,18 @@ _SPECS: dict[type[Node], NodeSpec] = {
     nodes.StreamJoinNode: NodeSpec(
         stateful=True, output_mode=lambda node: "append", reads_watermark=True,
         pushes_filter=lambda node: True,  # the not-null filters Spark infers from its keys
-        follows_stage=lambda node: "is a join of two streams, which reads records with their own event time",
+        follows_stage=_join_follows,
         result_time="the left record's event time (the right's in a right join)",
         timeless=lambda node: "it is a full join, whose rows may lack either side's event time",
         label="join", appending="a join of two streams",
         real_time=lambda plan, node, where: f"{where} is a join of two streams, {OUTSIDE}",
         restart_label=lambda node: "join", compare_state=state_changes.compare_stream_join),
+    nodes.DedupeNode: NodeSpec(
+        stateful=True, output_mode=lambda node: "append", reads_watermark=True,
+        result_time="the record's own event time", label="dedupe", appending="a dedupe",
+        real_time=lambda plan, node, where: (f"{where} is a dedupe: Spark's real-time mode does not run "
+                                             "dropDuplicatesWithinWatermark"),
+        restart_label=lambda node: "dedupe", compare_state=state_changes.compare_dedupe),
     nodes.UnionNode: NodeSpec(real_time=_union_real_time),
     nodes.DeadLettersNode: NodeSpec(per_batch=True, reads_every_input=True),
     nodes.SinkNode: NodeSpec(per_batch=True, endpoint="sink", restart_label=_connector_type),
@@ -344,11 +358,11 @@ def result_time_needed(plan: Plan, node: Node) -> bool:
 
 def reads_results(plan: Plan, node: Node) -> bool:
     """Whether the stateful step ``node`` reads the results of another with their event time: a
-    stateful step's (``RESULT_TIME``), or a join's, which keep a side's event time."""
+    stateful step's (``RESULT_TIME``), or a join's or a dedupe's, which keep a record's event time."""
     if plan.nodes[node.inputs[0]].event_time == RESULT_TIME:
         return True
     earlier = nearest_stateful(plan, node.inputs, lambda current: current.inputs)
-    return bool(earlier) and all(isinstance(n, nodes.StreamJoinNode) for n in earlier)
+    return bool(earlier) and all(isinstance(n, (nodes.StreamJoinNode, nodes.DedupeNode)) for n in earlier)
 
 
 def window_needs_processor(plan: Plan, node: Any) -> list[str]:

@@ -54,7 +54,7 @@ def check_stage(plan: Plan, node: Node) -> None:
             reason = spec_of(earlier).feeds_stage(earlier)
             if reason:
                 raise step_error(node.name, node.defined_at, f"{what}which {reason}; {ELSEWHERE}")
-            reason = spec_of(node).follows_stage(node)
+            reason = spec_of(node).follows_stage(node, earlier)
             if reason:
                 raise step_error(node.name, node.defined_at, f"{what}and this step {reason}; {ELSEWHERE}")
 

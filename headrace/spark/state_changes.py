@@ -112,6 +112,17 @@ def compare_stream_join(diff: StateDiff) -> None:
     diff.allow("within_ms")
 
 
+def compare_dedupe(diff: StateDiff) -> None:
+    # Spark keeps each key with the time it expires (its first record's + within): a different
+    # within applies to the keys first seen after the restart
+    diff.check_key("dedupe keys", "on")
+    keys = diff.new.get("on") or []
+    old, new = diff.old_input.get("schema"), diff.new_input.get("schema")
+    if old is not None and new is not None:  # the state keeps the keys' values, nothing else of a record
+        diff.check_fields("key field types", [f for f in old if f[0] in keys], [f for f in new if f[0] in keys])
+    diff.allow("within_ms")
+
+
 def compare_operator(diff: StateDiff) -> None:
     diff.check_key("partitions", "partitions")  # instances own their state: their number is fixed
     diff.allow("application_window", "edges")
