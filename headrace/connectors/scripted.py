@@ -49,12 +49,29 @@ def steps_folder(run_dir: str) -> str:
     return os.path.join(run_dir, "test_source")
 
 
-def released_steps(run_dir: str, name: str) -> int:
+def released_steps(run_dir: str) -> int:
+    """How many steps of the run's TestSources are offered. One count for all of them, written
+    at once, so that every micro-batch takes step n of each source together: released source
+    by source, a micro-batch planned in between took one source's step without the other's, and
+    moved the watermark past records still to come."""
     try:
-        with open(os.path.join(steps_folder(run_dir), f"{name}.released")) as handle:
+        with open(os.path.join(steps_folder(run_dir), "steps.released")) as handle:
             return int(handle.read().strip() or 0)
     except FileNotFoundError:
         return 0
+
+
+def release_step(run_dir: str, sources: Sequence[TestSource]) -> bool:
+    """Offer the next step of every TestSource of the run; False when none has a step left."""
+    current = released_steps(run_dir)
+    if current >= max((source.total_steps for source in sources), default=0):
+        return False
+    os.makedirs(steps_folder(run_dir), exist_ok=True)
+    path = os.path.join(steps_folder(run_dir), "steps.released")
+    with open(path + ".tmp", "w") as handle:
+        handle.write(str(current + 1))
+    os.replace(path + ".tmp", path)
+    return True
 
 
 class TestSource(SourceConnector):
@@ -115,16 +132,6 @@ class TestSource(SourceConnector):
         with open(os.path.join(steps_folder(context.run_dir), f"{context.source_name}.pickle"), "wb") as handle:
             pickle.dump({"schema": self._schema, "steps": steps}, handle)
 
-    def release(self, run_dir: str, name: str) -> bool:
-        """Offer the next micro-batch; False when none is left."""
-        current = released_steps(run_dir, name)
-        if current >= self.total_steps:
-            return False
-        path = os.path.join(steps_folder(run_dir), f"{name}.released")
-        with open(path + ".tmp", "w") as handle:
-            handle.write(str(current + 1))
-        os.replace(path + ".tmp", path)
-        return True
 
 
 def _coerce(value: Any, type_name: str) -> Any:

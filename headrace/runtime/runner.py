@@ -230,10 +230,12 @@ class PipelineRun:
         return all((folder / source.name).exists() for source in self.plan.sources())
 
     def release_paced(self) -> None:
-        """Offer the next micro-batch of each paced source (the test kit's sources)."""
-        for source in self.plan.sources():
-            if getattr(source.connector, "paced", False):
-                source.connector.release(self.run_dir, source.name)
+        """Offer the next micro-batch of the paced sources (the test kit's), all at once."""
+        paced = [source.connector for source in self.plan.sources() if getattr(source.connector, "paced", False)]
+        if paced:
+            from headrace.connectors.scripted import release_step
+
+            release_step(self.run_dir, paced)
 
     def poll(self) -> None:
         """Record and show every batch reported since the last poll."""

@@ -44,7 +44,7 @@ class TestReader(DataSourceStreamReader):
         return {"step": 0}
 
     def latestOffset(self) -> dict[str, int]:  # type: ignore[override]
-        released = min(released_steps(self.options["hr_run_dir"], self.options["hr_source"]), self.total)
+        released = min(released_steps(self.options["hr_run_dir"]), self.total)
         if released >= self.total:
             mark_exhausted(self.options)
         offset = {"step": released}
