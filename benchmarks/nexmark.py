@@ -13,7 +13,8 @@ Spark session:
 * **hand-written PySpark** (``nexmark_pyspark.py``): ``spark.readStream`` over the folders,
   ``trigger(availableNow=True)``;
 * **headrace** (``nexmark_headrace.py``): the published SQL through ``p.sql`` where headrace takes
-  it, fluent steps where it does not, reading the folders with bounded ``Files`` sources.
+  it, else other SQL (q18: ``max_by``) or fluent steps, reading the folders with bounded ``Files``
+  sources.
 
 Both pipelines write each micro-batch to the driver (q10: to JSON files), and their rows are
 compared with the reference as multisets: timestamps as epoch milliseconds, numbers rounded to 6
