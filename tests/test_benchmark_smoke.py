@@ -1,6 +1,6 @@
 """The benchmarks run end to end (``benchmarks/ysb.py --quick``, ``benchmarks/count_window.py
---quick``, ``benchmarks/word_count.py --quick``, ``benchmarks/validate.py --runs 1``) and end
-with their closing lines.
+--quick``, ``benchmarks/word_count.py --quick``, ``benchmarks/validate.py --runs 1``,
+``benchmarks/nexmark.py --quick`` on four queries) and end with their closing lines.
 
 This checks that the benchmark works, not that headrace meets its performance targets: on
 small data and a shared machine the figures mean little (docs/performance.md has the real ones).
@@ -61,3 +61,13 @@ def test_the_validate_benchmark_checks_the_refusal_names_the_line_and_ends_with_
     assert any(re.fullmatch(r"refused with: headrace: bad\.yaml:14: source 'netcat': unknown source type 'Sockett' "
                             r"\(did you mean 'Socket'\?\).*", line) for line in lines), lines
     assert re.fullmatch(r"validate seconds refused=\d+\.\d\d valid=\d+\.\d\d target=2", lines[-1]), lines[-1]
+
+
+def test_the_quick_nexmark_benchmark_is_exact_on_its_queries_and_ends_with_its_line(spark, capsys):
+    benchmark = load_benchmark("nexmark")
+    assert benchmark.main(["--quick", "--queries", "q0,q1,q2,q11"]) == 0  # q11: session windows in SQL
+    lines = capsys.readouterr().out.strip().splitlines()
+    for query in ("q0", "q1", "q2", "q11"):
+        assert any(re.fullmatch(rf"nexmark {query}: exact=yes ratio=\d+\.\d\d", line) for line in lines), lines
+    assert not any("NOT the reference" in line for line in lines), lines  # the hand-written pipelines agree too
+    assert re.fullmatch(r"nexmark exact=4/4 min_ratio=\d+\.\d\d median_ratio=\d+\.\d\d", lines[-1]), lines[-1]
