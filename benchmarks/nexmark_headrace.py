@@ -235,14 +235,12 @@ def q17(p: hr.Pipeline, src: Sources) -> hr.Stream:
 
 
 def q18(p: hr.Pipeline, src: Sources) -> hr.Stream:
-    """Each bidder's last bid on each auction: Spark's ``max_by`` in a GROUP BY, which headrace runs in update
-    mode (the published ROW_NUMBER = 1 is refused). A rolling ``key_by(...).reduce(later bid)`` gives the same
-    rows, every bid through Python."""
     src.read(p, "bid")
-    return p.sql("""SELECT last.auction, last.bidder, last.price, last.channel, last.url, last.dateTime, last.extra
-                      FROM (SELECT max_by(struct(auction, bidder, price, channel, url, dateTime, extra), dateTime)
-                                   AS last
-                              FROM bid GROUP BY bidder, auction)""")
+    return p.sql("""SELECT auction, bidder, price, channel, url, dateTime, extra
+                      FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY dateTime DESC)
+                                      AS rank_number
+                              FROM bid)
+                     WHERE rank_number <= 1""")
 
 
 def q19(p: hr.Pipeline, src: Sources) -> hr.Stream:

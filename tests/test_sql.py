@@ -101,6 +101,9 @@ def test_a_window_on_a_stream_without_event_time_is_refused():
     ("SELECT * FROM clicks ORDER BY ts", "ORDER BY is not supported on a stream"),
     ("SELECT * FROM clicks LIMIT 3", "LIMIT is not supported"),
     ("SELECT url, max(ts) OVER (PARTITION BY user) FROM clicks", r"OVER \(...\) window functions"),
+    ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user ORDER BY ts) AS rn FROM clicks) WHERE rn > 3",
+     r"OVER \(...\) window functions are not supported on a stream \(Spark refuses non-time windows on streaming "
+     r"queries\), but for the first N rows per key: SELECT ... FROM \(SELECT ..., ROW_NUMBER\(\) OVER"),
     ("SELECT sum(DISTINCT amount) FROM clicks", r"a stream takes COUNT\(DISTINCT one_column\)"),
     ("SELECT count(DISTINCT user, url) FROM clicks", r"for several columns count DISTINCT struct\(a, b\)"),
     ("SELECT DISTINCT url, count(*) FROM clicks GROUP BY url",
@@ -453,3 +456,43 @@ def test_a_filter_after_the_event_time_declaration_does_not_hide_records_from_th
 def test_a_function_for_sql_is_refused_with_the_reason(register, message):
     with pytest.raises(hr.PlanError, match=message):
         register(clicks_pipeline("udfs"))
+
+
+BIDS = {"auction": "long", "price": "long", "ts": "timestamp"}
+BID_BATCHES = [[{"auction": a, "price": (a * 37 + i * 11) % 50, "ts": at(T0 + i * 4_000 + a)} for a in (1, 2, 3)
+                for i in range(6)],
+               [{"auction": a, "price": (a * 13 + i * 29) % 60, "ts": at(T0 + 30_000 + i * 5_000 + a)}
+                for a in (1, 2, 4) for i in range(5)]]
+TOP = ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY price DESC, ts ASC) AS rn "
+       "FROM bids) WHERE rn <= 3")
+
+
+def top_three(rows: list[dict]) -> list[tuple]:
+    ranked = sorted(rows, key=lambda r: (-r["price"], r["ts"]))[:3]
+    return [(r["auction"], r["price"], r["ts"], rank) for rank, r in enumerate(ranked, start=1)]
+
+
+def test_the_top_n_per_key_and_per_window_is_exact(spark, tmp_path):
+    """ROW_NUMBER() OVER (PARTITION BY ...) filtered to the first three, as the aggregate Spark runs:
+    per auction in update mode (the last rows of each (auction, rank) are the current top three), and
+    per auction and 30 s window in append mode (each window's top three once)."""
+    every = [r for batch in BID_BATCHES for r in batch]
+    p = hr.Pipeline("top_per_key")
+    p.source("bids", TestSource(BID_BATCHES, schema=BIDS))
+    p.sql(TOP.format(partition="auction"), name="top").sink("out", sink := TestSink())
+    assert "SQL aggregate" in p.explain()
+    run_to_completion(p, state_dir=str(tmp_path / "per_key"))
+    current = {(r["auction"], r["rn"]): (r["auction"], r["price"], r["ts"], r["rn"]) for r in sink.rows()}
+    assert sorted(current.values()) == sorted(t for a in {r["auction"] for r in every}
+                                              for t in top_three([r for r in every if r["auction"] == a]))
+
+    p = hr.Pipeline("top_per_window")
+    p.source("bids", TestSource(BID_BATCHES, schema=BIDS), event_time="ts")
+    p.sql(TOP.format(partition="window(ts, '30 seconds'), auction"), name="top").sink("out", sink := TestSink())
+    run_to_completion(p, state_dir=str(tmp_path / "per_window"))
+    groups: dict[tuple[int, int], list[dict]] = {}
+    for r in every:
+        groups.setdefault((r["auction"], int(r["ts"].timestamp() * 1000) // 30_000), []).append(r)
+    assert sorted((r["auction"], r["price"], r["ts"], r["rn"]) for r in sink.rows()) == sorted(
+        t for rows in groups.values() for t in top_three(rows))
+    assert {(r["window_end"] - r["window_start"]).seconds for r in sink.rows()} == {30}

@@ -50,6 +50,7 @@ from headrace.plan.nodes import (
     TableNode,
 )
 from headrace.plan.sql_joins import StreamSide, Unbounded, check_joins_bounded
+from headrace.plan.sql_top_n import find_top_n, is_window_call, top_n_as_aggregate
 
 WINDOW_FUNCTIONS = ("window", "session_window")
 # Spark aggregate functions sqlglot reads as plain (anonymous) functions.
@@ -223,9 +224,14 @@ def shape_of(query: str, tree: exp.Expr) -> str:
     """What the query is (see the module's docstring); raises _Refused for what a stream cannot do."""
     over = next(tree.find_all(exp.Window), None)
     if over is not None:
+        top = find_top_n(tree)
+        if top is not None:  # run as an aggregate (headrace/plan/sql_top_n.py)
+            return WINDOWED if any(is_window_call(p) for p in top.over.args["partition_by"]) else AGGREGATE
         raise _Refused("OVER (...) window functions are not supported on a stream (Spark refuses non-time "
-                       "windows on streaming queries); group by window(ts, '1 minute') or session_window(ts, "
-                       "'5 minutes') instead", _keyword_position(query, "OVER") or _position(query, over))
+                       "windows on streaming queries), but for the first N rows per key: SELECT ... FROM (SELECT "
+                       "..., ROW_NUMBER() OVER (PARTITION BY key ORDER BY ...) AS rn FROM stream) WHERE rn <= N; "
+                       "otherwise group by window(ts, '1 minute') or session_window(ts, '5 minutes')",
+                       _keyword_position(query, "OVER") or _position(query, over))
     if next(tree.find_all(exp.SetOperation), None) is not None:
         raise _Refused("UNION, INTERSECT and EXCEPT are not supported in an SQL step (Spark cannot combine a "
                        "stream with a table that way, and de-duplicating needs state); unite streams with "
@@ -415,6 +421,14 @@ def _as_set_size(value: exp.Expr, where: exp.Expr | None = None) -> exp.Expr:
     if where is not None:
         values = exp.Filter(this=values, expression=where.copy())
     return exp.cast(exp.Anonymous(this="size", expressions=[values]), "bigint")
+
+
+def top_n_as_aggregate_query(query: str) -> str:
+    """``query`` with a top N per key as the aggregate Spark runs (``headrace/plan/sql_top_n.py``),
+    or unchanged."""
+    tree = parse(query, "", "")
+    top = find_top_n(tree) if isinstance(tree, exp.Select) else None
+    return top_n_as_aggregate(tree, top, _SparkSql) if top is not None and isinstance(tree, exp.Select) else query
 
 
 def exact_distinct_counts(query: str) -> str:

@@ -37,6 +37,7 @@ from headrace.plan.sql_query import (
     query_error,
     restore_names,
     rewrite,
+    top_n_as_aggregate_query,
     without_distinct,
 )
 from headrace.spark.stateless import without_control, without_result_time
@@ -81,6 +82,7 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
         spark.udf.register(function.name, F.udf(function.fn, function.returns, useArrow=True))
     in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
     query = exact_distinct_counts(without_distinct(node.query) if node.shape == DISTINCT else node.query)
+    query = top_n_as_aggregate_query(query)
     rewritten = rewrite(query, in_query)
     try:
         with _quiet_query_errors():
