@@ -358,3 +358,28 @@ def test_a_join_bolt_reads_only_the_streams_it_joins():
                                         r"\(test_stream_joins.py:\d+\): a JoinBolt reads the default streams of the "
                                         r"components it joins: bids, auctions"):
         declarer.shuffle_grouping("persons")
+
+
+# -- the restart check -------------------------------------------------------------------------------------
+
+def join_of(how: str = "inner", within: Any = "10s", window: Any = None) -> hr.Pipeline:
+    p = hr.Pipeline("join_change")
+    bids, auctions = sources(p)
+    bids.join(auctions, on={"auction": "id"}, how=how, within=within, window=window, name="paired").sink(
+        "out", TestSink())
+    return p
+
+
+def test_a_restart_takes_another_interval_and_refuses_another_kind_of_join():
+    from headrace.runtime.compatibility import compare, plan_record
+
+    base = plan_record(join_of().plan)
+    wider = compare(base, plan_record(join_of(within="1m").plan))
+    assert wider.allowed
+    assert [str(c) for v in wider.steps if v.name == "paired" for c in v.changes] == [
+        "within_ms [-10000, 10000] → [-60000, 60000]"]
+    for other in (join_of(how="left"), join_of(within=None, window=hr.Tumbling("10s"))):
+        verdict = compare(base, plan_record(other.plan))
+        assert not verdict.allowed
+        assert "stateful step 'paired' (join" in verdict.message()
+    assert "changed join kind inner → left" in compare(base, plan_record(join_of(how="left").plan)).message()
