@@ -131,7 +131,7 @@ def test_a_pipeline_stopped_part_way_is_rescaled_and_continues_from_its_hdfs_che
     query = run._query_id
     assert query and query in storage.read_text(f"{checkpoint}/metadata")
     assert run.run_dir == str(run_files / NAME / query)
-    assert (Path(run.run_dir) / "test_source" / "events.released").read_text() == str(FIRST_RUN_STEPS)
+    assert (Path(run.run_dir) / "test_source" / "steps.released").read_text() == str(FIRST_RUN_STEPS)
 
     before = rescale(first, 3, state_dir=state)
     assert state_partitions(checkpoint) == 3 != before
