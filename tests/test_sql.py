@@ -8,11 +8,12 @@ import inspect
 import runpy
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import headrace as hr
-from headrace.plan.sql_query import Position, rewrite, show
+from headrace.plan.sql_query import Position, rewrite, show, top_n_as_aggregate_query
 from headrace.runtime.compatibility import compare, plan_record
 from headrace.spark.specs import output_mode, spec_of
 from headrace.spark.writer import shared_root
@@ -458,41 +459,54 @@ def test_a_function_for_sql_is_refused_with_the_reason(register, message):
         register(clicks_pipeline("udfs"))
 
 
-BIDS = {"auction": "long", "price": "long", "ts": "timestamp"}
-BID_BATCHES = [[{"auction": a, "price": (a * 37 + i * 11) % 50, "ts": at(T0 + i * 4_000 + a)} for a in (1, 2, 3)
-                for i in range(6)],
-               [{"auction": a, "price": (a * 13 + i * 29) % 60, "ts": at(T0 + 30_000 + i * 5_000 + a)}
-                for a in (1, 2, 4) for i in range(5)]]
-TOP = ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY price DESC, ts ASC) AS rn "
+BIDS = {"auction": "long", "price": "long", "bidder": "string", "ts": "timestamp"}
+BID_BATCHES = [[{"auction": a, "price": (a * 37 + i * 11) % 50, "bidder": f"b{(a + i) % 4}",
+                 "ts": at(T0 + i * 4_000 + a)} for a in (1, 2, 3) for i in range(6)],
+               [{"auction": a, "price": (a * 13 + i * 29) % 60, "bidder": f"b{(a * i) % 3}",
+                 "ts": at(T0 + 30_000 + i * 5_000 + a)} for a in (1, 2, 4) for i in range(5)]]
+TOP = ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) AS rn "
        "FROM bids) WHERE rn <= 3")
 
 
-def top_three(rows: list[dict]) -> list[tuple]:
-    ranked = sorted(rows, key=lambda r: (-r["price"], r["ts"]))[:3]
+def top_three(rows: list[dict], order: Any) -> list[tuple]:
+    ranked = sorted(rows, key=order)[:3]
     return [(r["auction"], r["price"], r["ts"], rank) for rank, r in enumerate(ranked, start=1)]
+
+
+def test_the_top_n_keeps_n_rows_per_key_when_its_order_allows_it():
+    """Spark's max_by(row, order, N) when each ascending key is a number or a time; else each
+    key's list of rows, sorted and cut."""
+    query = TOP.format(partition="auction", order="price DESC, ts ASC")
+    assert "MAX_BY(STRUCT(STRUCT(*) AS _hr_row), STRUCT(NOT price IS NULL AS o0, price AS o1, ts IS NULL AS o2, " \
+           "-UNIX_MICROS(ts) AS o3), 3)" in top_n_as_aggregate_query(query, {"price": "bigint", "ts": "timestamp"})
+    query = TOP.format(partition="auction", order="price DESC, bidder ASC")
+    assert "COLLECT_LIST" in top_n_as_aggregate_query(query, {"price": "bigint", "bidder": "string"})
 
 
 def test_the_top_n_per_key_and_per_window_is_exact(spark, tmp_path):
     """ROW_NUMBER() OVER (PARTITION BY ...) filtered to the first three, as the aggregate Spark runs:
-    per auction in update mode (the last rows of each (auction, rank) are the current top three), and
-    per auction and 30 s window in append mode (each window's top three once)."""
+    per auction in update mode (the last rows of each (auction, rank) are the current top three; Spark's
+    max_by keeps three rows per auction), and per auction and 30 s window in append mode (each window's
+    top three once; a string key ascending: each window's list of rows, sorted and cut)."""
     every = [r for batch in BID_BATCHES for r in batch]
     p = hr.Pipeline("top_per_key")
     p.source("bids", TestSource(BID_BATCHES, schema=BIDS))
-    p.sql(TOP.format(partition="auction"), name="top").sink("out", sink := TestSink())
+    p.sql(TOP.format(partition="auction", order="price DESC, ts ASC"), name="top").sink("out", sink := TestSink())
     assert "SQL aggregate" in p.explain()
     run_to_completion(p, state_dir=str(tmp_path / "per_key"))
     current = {(r["auction"], r["rn"]): (r["auction"], r["price"], r["ts"], r["rn"]) for r in sink.rows()}
-    assert sorted(current.values()) == sorted(t for a in {r["auction"] for r in every}
-                                              for t in top_three([r for r in every if r["auction"] == a]))
+    assert sorted(current.values()) == sorted(
+        t for a in {r["auction"] for r in every}
+        for t in top_three([r for r in every if r["auction"] == a], lambda r: (-r["price"], r["ts"])))
 
     p = hr.Pipeline("top_per_window")
     p.source("bids", TestSource(BID_BATCHES, schema=BIDS), event_time="ts")
-    p.sql(TOP.format(partition="window(ts, '30 seconds'), auction"), name="top").sink("out", sink := TestSink())
+    p.sql(TOP.format(partition="window(ts, '30 seconds'), auction", order="price DESC, bidder ASC, ts"),
+          name="top").sink("out", sink := TestSink())
     run_to_completion(p, state_dir=str(tmp_path / "per_window"))
     groups: dict[tuple[int, int], list[dict]] = {}
     for r in every:
         groups.setdefault((r["auction"], int(r["ts"].timestamp() * 1000) // 30_000), []).append(r)
     assert sorted((r["auction"], r["price"], r["ts"], r["rn"]) for r in sink.rows()) == sorted(
-        t for rows in groups.values() for t in top_three(rows))
+        t for rows in groups.values() for t in top_three(rows, lambda r: (-r["price"], r["bidder"], r["ts"])))
     assert {(r["window_end"] - r["window_start"]).seconds for r in sink.rows()} == {30}

@@ -423,12 +423,14 @@ def _as_set_size(value: exp.Expr, where: exp.Expr | None = None) -> exp.Expr:
     return exp.cast(exp.Anonymous(this="size", expressions=[values]), "bigint")
 
 
-def top_n_as_aggregate_query(query: str) -> str:
+def top_n_as_aggregate_query(query: str, types: dict[str, str]) -> str:
     """``query`` with a top N per key as the aggregate Spark runs (``headrace/plan/sql_top_n.py``),
-    or unchanged."""
+    or unchanged; ``types``: the Spark types of its input columns, by name."""
     tree = parse(query, "", "")
     top = find_top_n(tree) if isinstance(tree, exp.Select) else None
-    return top_n_as_aggregate(tree, top, _SparkSql) if top is not None and isinstance(tree, exp.Select) else query
+    if top is None or not isinstance(tree, exp.Select):
+        return query
+    return top_n_as_aggregate(tree, top, _SparkSql, types)
 
 
 def exact_distinct_counts(query: str) -> str:

@@ -6,8 +6,11 @@ first N rows, as NEXMark writes it (docs/sql.md, "Top N per key")::
      WHERE rank_number <= 10
 
 Spark runs no OVER window on a stream. The same rows come from an aggregate Spark does run: per
-partition key (and window, when the PARTITION BY holds a ``window(...)`` call), the list of the
-rows sorted by the ORDER BY and cut to N, exploded with each row's position as its rank. Without
+partition key (and window, when the PARTITION BY holds a ``window(...)`` call), the N first rows
+by the ORDER BY, exploded with each row's position as its rank. Spark's ``max_by(row, order, N)``
+keeps only those N per key in its state; when the ORDER BY cannot be written as one order struct
+for it (an ascending key that is not a number or a time), the key's whole list of rows is kept,
+sorted and cut to N. Without
 a window it is an aggregate in update mode: each micro-batch emits, for each key it touched, the
 key's whole top N, ranks 1 to N, so a sink that keeps a row by (key, rank) holds the current top
 N. With a window it is a windowed aggregate in append mode: each window's top N once.
@@ -89,26 +92,57 @@ def _comparator(order: list[exp.Ordered]) -> str:
     return f"(l, r) -> CASE {' '.join(cases)} ELSE 0 END"
 
 
-def top_n_as_aggregate(tree: exp.Select, top: TopN, dialect: type[Dialect]) -> str:
+# How a key of a type is turned the other way round, for max_by: numbers and times.
+_REVERSED = {"tinyint": "-({})", "smallint": "-({})", "int": "-({})", "bigint": "-({})", "float": "-({})",
+             "double": "-({})", "timestamp": "-unix_micros({})", "timestamp_ntz": "-unix_micros({})",
+             "date": "-unix_date({})"}
+
+
+def _bounded_top(order: list[exp.Ordered], types: dict[str, str], row: str, limit: int,
+                 dialect: type[Dialect]) -> exp.Expr | None:
+    """``max_by(row, order, N)`` (Spark 4.2: a heap of N rows per key), whose order struct ranks
+    the rows as the ORDER BY does: per key a flag that puts its nulls where the ORDER BY wants
+    them, then the key, turned round when it is ascending. None when a key that must be turned
+    round is not a column of a number or a time (``types``: the input columns' Spark types)."""
+    fields = []
+    for key in order:
+        sql = key.this.sql(dialect=dialect)
+        nulls_first = bool(key.args.get("nulls_first"))
+        fields.append(f"{sql} IS NULL" if nulls_first else f"{sql} IS NOT NULL")
+        if key.args.get("desc"):
+            fields.append(sql)
+            continue
+        kind = types.get(key.this.name) if isinstance(key.this, exp.Column) else None
+        if kind not in _REVERSED:
+            return None
+        fields.append(_REVERSED[kind].format(sql))
+    ranking = ", ".join(f"{field} AS o{n}" for n, field in enumerate(fields))
+    # an anonymous call: sqlglot reads max_by as its ArgMax, which drops the third argument
+    arguments = [exp.maybe_parse(f"struct(struct({row}) AS {ROW})", dialect=dialect),
+                 exp.maybe_parse(f"struct({ranking})", dialect=dialect), exp.Literal.number(limit)]
+    return exp.alias_(exp.Anonymous(this="max_by", expressions=arguments), TOP)
+
+
+def top_n_as_aggregate(tree: exp.Select, top: TopN, dialect: type[Dialect], types: dict[str, str]) -> str:
     """The query with its numbered subquery as the aggregate that gives the same rows (see the
-    module's docstring)."""
+    module's docstring); ``types``: the Spark types of the input columns, by name."""
     kept = [e for e in top.inner.expressions if not (isinstance(e, exp.Alias) and e.this is top.over)]
     partition = list(top.over.args["partition_by"])
     order = list(top.over.args["order"].expressions)
     windows = [p for p in partition if is_window_call(p)]
     keys = ", ".join(f"{key.this.sql(dialect=dialect)} AS k{n}" for n, key in enumerate(order))
     row = ", ".join(e.sql(dialect=dialect) for e in kept)
-    grouped = top.inner.copy()
-    grouped.set("expressions", [exp.maybe_parse(
+    top_rows = _bounded_top(order, types, row, top.limit, dialect) or exp.maybe_parse(
         f"slice(array_sort(collect_list(struct(struct({keys}) AS {ORDER}, struct({row}) AS {ROW})), "
-        f"{_comparator(order)}), 1, {top.limit}) AS {TOP}", dialect=dialect)]
-        + [exp.alias_(w.copy(), "window") for w in windows])
+        f"{_comparator(order)}), 1, {top.limit}) AS {TOP}", dialect=dialect)
+    grouped = top.inner.copy()
+    grouped.set("expressions", [top_rows] + [exp.alias_(w.copy(), "window") for w in windows])
     grouped.set("group", exp.Group(expressions=[p.copy() for p in partition]))
     window_column = ", window" if windows else ""
     exploded = (f"SELECT {ITEM}.{ROW}.*{window_column}, {RANK} + 1 AS {top.rank} "
                 f"FROM ({grouped.sql(dialect=dialect)}) LATERAL VIEW posexplode({TOP}) AS {RANK}, {ITEM}")
     outer = tree.copy()
     outer.set("where", None)
-    subquery = outer.args["from_"].this
-    subquery.set("this", exp.maybe_parse(exploded, dialect=dialect))
-    return outer.sql(dialect=dialect)
+    placeholder = "SELECT * FROM _hr_top_n"  # put in as text: parsed again, max_by would lose its N
+    outer.args["from_"].this.set("this", exp.maybe_parse(placeholder, dialect=dialect))
+    return outer.sql(dialect=dialect).replace(placeholder, exploded, 1)

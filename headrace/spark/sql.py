@@ -70,6 +70,7 @@ def sql_lowered_as(plan: Plan, node: SqlNode) -> str:
 def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
     spark = lowering.spark
     views: dict[str, str] = {}  # input step -> its view
+    inputs: list[DataFrame] = []
     control: DataFrame | None = None
     for index, name in enumerate(node.inputs):
         df = without_result_time(lowering.input(node, index))  # a query does not carry it
@@ -78,11 +79,12 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
             df = without_control(df)
         views[name] = view_name(lowering.plan.name, node.name, name)
         df.createOrReplaceTempView(views[name])
+        inputs.append(df)
     for function in lowering.plan.functions.values():  # the pipeline's Python functions, by their names
         spark.udf.register(function.name, F.udf(function.fn, function.returns, useArrow=True))
     in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
     query = exact_distinct_counts(without_distinct(node.query) if node.shape == DISTINCT else node.query)
-    query = top_n_as_aggregate_query(query)
+    query = top_n_as_aggregate_query(query, _column_types(inputs))
     rewritten = rewrite(query, in_query)
     try:
         with _quiet_query_errors():
@@ -102,6 +104,17 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
         result = result.withColumn(CONTROL_COLUMN, F.lit(None).cast("long")).unionByName(
             control, allowMissingColumns=True)
     return result
+
+
+def _column_types(inputs: list[DataFrame]) -> dict[str, str]:
+    """The Spark type of each input column, by name; a name two inputs give two types has none."""
+    types: dict[str, str] = {}
+    ambiguous = set()
+    for df in inputs:
+        for name, kind in df.dtypes:
+            if types.setdefault(name, kind) != kind:
+                ambiguous.add(name)
+    return {name: kind for name, kind in types.items() if name not in ambiguous}
 
 
 @contextlib.contextmanager
