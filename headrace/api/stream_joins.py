@@ -15,8 +15,9 @@ from headrace.schema import UNKNOWN, Schema
 from headrace.windows import Tumbling
 
 JOIN_KINDS = ("inner", "left", "right", "full")
-NO_BOUND = ("a join of two streams keeps every record of both sides in Spark's state until the watermark shows "
-            "that no match can come, so it needs a bound in event time: within=(lower, upper) (an interval join: "
+KEPT_UNTIL = ("a join of two streams keeps every record of both sides in Spark's state until the watermark shows "
+              "that no match can come")
+NO_BOUND = (f"{KEPT_UNTIL}, so it needs a bound in event time: within=(lower, upper) (an interval join: "
             "the right record's event time minus the left's lies in [lower, upper], e.g. within=('-10s', '10s')) or "
             "window=hr.Tumbling(...) (a window join: both records in the same window)")
 
@@ -72,7 +73,7 @@ def _event_time(stream: Node, side: str, step: str, where: str) -> str:
                                       "stateless steps); sink those results and join them in another pipeline")
     if time is None:
         raise step_error(step, where, f"the {side} stream ({stream.name!r}) has no event time; declare it "
-                                      "(event_time= on the source, or with_event_time): " + NO_BOUND.split(", so ")[0])
+                                      f"(event_time= on the source, or with_event_time): {KEPT_UNTIL}")
     return time
 
 

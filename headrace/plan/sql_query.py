@@ -426,6 +426,8 @@ def _as_set_size(value: exp.Expr, where: exp.Expr | None = None) -> exp.Expr:
 def top_n_as_aggregate_query(query: str, types: dict[str, str]) -> str:
     """``query`` with a top N per key as the aggregate Spark runs (``headrace/plan/sql_top_n.py``),
     or unchanged; ``types``: the Spark types of its input columns, by name."""
+    if "OVER" not in query.upper():  # no numbered rows: nothing to parse (a stateless query runs each batch)
+        return query
     tree = parse(query, "", "")
     top = find_top_n(tree) if isinstance(tree, exp.Select) else None
     if top is None or not isinstance(tree, exp.Select):
@@ -433,6 +435,7 @@ def top_n_as_aggregate_query(query: str, types: dict[str, str]) -> str:
     return top_n_as_aggregate(tree, top, _SparkSql, types)
 
 
+@functools.lru_cache(maxsize=256)
 def exact_distinct_counts(query: str) -> str:
     """``query`` with each ``COUNT(DISTINCT x)`` (and its ``FILTER (WHERE ...)``) as the size of
     the set of x's values: Spark refuses distinct aggregates on a stream, and a set per group

@@ -18,6 +18,7 @@ from headrace.spark.batch_roots import branch_root, shared_root
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.lowerings import LOWERINGS
 from headrace.spark.specs import has_operators, output_mode, result_time_needed, spec_of, window_needs_processor
+from headrace.spark.sql import register_functions
 from headrace.spark.stateless import good_rows, with_watermark
 from headrace.spark.watermarks import WatermarkPlacement
 from headrace.spark.window_lowering import window_panes
@@ -153,6 +154,7 @@ def source_scans(plan: Plan) -> Counter[str]:
 def compile_plan(plan: Plan, spark: SparkSession, run_dir: str) -> Compiled:
     """The plan's Spark query. The plan has passed ``check_plan`` (the runner checks it first)."""
     lowering = Lowering(plan, spark, run_dir)
+    register_functions(plan, spark)
     if has_operators(plan):  # the query runs to the shared root; operators and sinks run per batch
         root = shared_root(plan)
         assert root is not None  # check_plan refuses the plan otherwise

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.errors import AnalysisException
 from pyspark.logger import PySparkLogger
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType
 
@@ -67,6 +67,13 @@ def sql_lowered_as(plan: Plan, node: SqlNode) -> str:
     return f"Spark SQL over temp views of {views}: {how[node.shape]}"
 
 
+def register_functions(plan: Plan, spark: SparkSession) -> None:
+    """The pipeline's Python functions for its SQL queries (``p.udf``), by their names, once as the
+    query is compiled: the session of each micro-batch starts from a copy of this one."""
+    for function in plan.functions.values():
+        spark.udf.register(function.name, F.udf(function.fn, function.returns, useArrow=True))
+
+
 def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
     spark = lowering.spark
     views: dict[str, str] = {}  # input step -> its view
@@ -80,8 +87,6 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
         views[name] = view_name(lowering.plan.name, node.name, name)
         df.createOrReplaceTempView(views[name])
         inputs.append(df)
-    for function in lowering.plan.functions.values():  # the pipeline's Python functions, by their names
-        spark.udf.register(function.name, F.udf(function.fn, function.returns, useArrow=True))
     in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
     query = exact_distinct_counts(without_distinct(node.query) if node.shape == DISTINCT else node.query)
     query = top_n_as_aggregate_query(query, _column_types(inputs))
