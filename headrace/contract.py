@@ -91,10 +91,14 @@ class Guarantee(Enum):
 
 @dataclass(frozen=True)
 class SourceContext:
-    """Where a running source keeps its run-time files."""
+    """Where a running source keeps its run-time files, the query's checkpoint ("" when the
+    query is compiled without one), and whether a step reads the source's control rows (an
+    event-time step: a source may leave out its flush row otherwise)."""
 
     run_dir: str
     source_name: str
+    checkpoint: str = ""
+    control_read: bool = True
 
     def options(self) -> dict[str, str]:
         return {"hr_run_dir": self.run_dir, "hr_source": self.source_name}
@@ -153,6 +157,10 @@ class SourceConnector:
     def spark_packages(self) -> list[Any]:
         """The Spark packages (``headrace.environment.jars.Package``) this source needs."""
         return []
+
+    def between_batches(self, context: SourceContext) -> None:
+        """Called by the runner between micro-batches, for a source whose query cannot see the
+        end of its input by itself (a bounded ``Files`` source read by Spark's file source)."""
 
     def read_stream(self, spark: Any, context: SourceContext) -> Any:
         """The source's streaming DataFrame: its data columns and the control column (and the

@@ -22,13 +22,18 @@ def write_orders(folder) -> None:
     (folder / "csv" / "b.csv").write_text("order_id,amount\n3,1.5\n4\n5,7.0\n")
 
 
-def test_bad_records_go_to_dead_letters_and_are_counted(spark, tmp_path):
+# Spark's file source (the default reader) gives no line numbers: a dead letter's position is its file.
+POSITIONS = {"spark": ("a.jsonl", "a.jsonl", "b.csv"), "python": ("a.jsonl:2", "a.jsonl:3", "b.csv:3")}
+
+
+@pytest.mark.parametrize("reader", ["spark", "python"])
+def test_bad_records_go_to_dead_letters_and_are_counted(spark, tmp_path, reader):
     write_orders(tmp_path / "in")
     p = hr.Pipeline("orders_dead_letters")
     json_orders = p.source("json_orders", hr.sources.Files(str(tmp_path / "in" / "json"), format="jsonl",
-                                                           schema=SCHEMA, bounded=True))
+                                                           schema=SCHEMA, bounded=True, reader=reader))
     csv_orders = p.source("csv_orders", hr.sources.Files(str(tmp_path / "in" / "csv"), format="csv", schema=SCHEMA,
-                                                         bounded=True))
+                                                         bounded=True, reader=reader))
     good, bad = TestSink(), TestSink()
     json_orders.union(csv_orders).sink("good", good)
     p.dead_letters().sink("bad", bad)
@@ -37,26 +42,28 @@ def test_bad_records_go_to_dead_letters_and_are_counted(spark, tmp_path):
     result = run.wait()
 
     assert sorted(r["order_id"] for r in good.rows()) == [1, 2, 3, 5]
-    dead = sorted(bad.rows(), key=lambda r: (r["source"] != "json_orders", r["position"]))
+    dead = sorted(bad.rows(), key=lambda r: (r["source"] != "json_orders", r["position"], r["raw"] != "not json"))
     assert [(r["source"], r["position"].rsplit("/", 1)[-1], r["raw"]) for r in dead] == [
-        ("json_orders", "a.jsonl:2", "not json"),
-        ("json_orders", "a.jsonl:3", '{"order_id": "x", "amount": 1.0}'),
-        ("csv_orders", "b.csv:3", "4"),
+        ("json_orders", POSITIONS[reader][0], "not json"),
+        ("json_orders", POSITIONS[reader][1], '{"order_id": "x", "amount": 1.0}'),
+        ("csv_orders", POSITIONS[reader][2], "4"),
     ]
     assert "JSON" in dead[0]["error"] and "order_id" in dead[1]["error"]
     assert result.dead_letters == 3
 
 
-def test_fail_fast_names_the_file_and_line(spark, tmp_path):
+@pytest.mark.parametrize("reader", ["spark", "python"])
+def test_fail_fast_names_the_file_and_line(spark, tmp_path, reader):
     write_orders(tmp_path / "in")
     p = hr.Pipeline("orders_fail_fast")
     orders = p.source("orders", hr.sources.Files(str(tmp_path / "in" / "json"), format="jsonl", schema=SCHEMA,
-                                                 bounded=True, fail_fast=True))
+                                                 bounded=True, fail_fast=True, reader=reader))
     orders.sink("out", TestSink())
     with pytest.raises(hr.SourceError) as error:
         hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet", handle_signals=False)
-    assert "source 'orders'" in str(error.value)
-    assert "a.jsonl:2" in str(error.value)
+    where = {"spark": "a.jsonl: ", "python": "a.jsonl:2: "}[reader]
+    assert str(error.value).startswith(f"source 'orders': {tmp_path / 'in' / 'json' / where}"), error.value
+    assert "not json" in str(error.value)
 
 
 def test_the_query_runs_to_each_branch_root_once_and_counts_the_scans_of_each_source(tmp_path):

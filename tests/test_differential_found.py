@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from input_files import write_in_order
 
 import headrace as hr
 from headrace.runtime.runner import PipelineRun
@@ -22,7 +23,7 @@ def micro_batches(tmp_path: Path, batches: list[list[dict]], schema: dict[str, s
     file, one after the other without a pause."""
     (tmp_path / "in").mkdir()
     for number, batch in enumerate(batches):
-        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
+        write_in_order(tmp_path / "in" / f"{number}.jsonl", "".join(json.dumps(r) + "\n" for r in batch), number)
     return hr.sources.Files(str(tmp_path / "in"), "jsonl", schema, bounded=True, max_files_per_batch=1)
 
 

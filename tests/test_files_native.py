@@ -1,5 +1,6 @@
-"""Files(reader="spark"): an unbounded directory read by Spark's own file source, with headrace's
-timestamps (ISO-8601 or epoch ms) and dead letters (named by file)."""
+"""Files read by Spark's own file source (the default reader): headrace's timestamps (ISO-8601 or
+epoch ms), dead letters (named by file), and a bounded directory that ends, flushing the last
+windows, checked against answers computed here in plain Python."""
 
 from __future__ import annotations
 
@@ -88,9 +89,101 @@ def test_csv_and_parquet(spark: Any, tmp_path: Path) -> None:
     assert [(r["position"], r["raw"]) for r in dead.rows()] == [("a.csv", "bob,x")]
 
 
-def test_the_spark_reader_is_unbounded_and_never_fails_fast(tmp_path: Path) -> None:
-    with pytest.raises(PlanError, match=r"reader='spark' reads an unbounded directory .*bounded=True and "
-                                        r"fail_fast=True need reader='python'"):
-        hr.sources.Files(tmp_path, schema="a long", reader="spark", bounded=True)
-    with pytest.raises(PlanError, match=r"unknown reader 'java'; use one of python, spark"):
+def write_clicks(folder: Path, files: int, per_file: int) -> list[dict[str, Any]]:
+    """Clicks a second apart, ``per_file`` to a file, each file modified after the one before."""
+    folder.mkdir(parents=True, exist_ok=True)
+    clicks = [{"user": f"u{k % 3}", "ts": 1_767_261_600_000 + k * 1000} for k in range(files * per_file)]
+    for f in range(files):
+        path = folder / f"part-{f:03d}.jsonl"
+        path.write_text("".join(json.dumps(c) + "\n" for c in clicks[f * per_file:(f + 1) * per_file]))
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
+    return clicks
+
+
+def counts_per_10s(clicks: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """The expected tumbling 10 s counts per user: (user, window start in epoch ms, count)."""
+    counts: dict[tuple[str, int], int] = {}
+    for c in clicks:
+        key = (c["user"], c["ts"] - c["ts"] % 10_000)
+        counts[key] = counts.get(key, 0) + 1
+    return sorted((user, start, n) for (user, start), n in counts.items())
+
+
+def window_rows(sink: TestSink) -> list[tuple[str, int, int]]:
+    return sorted((r["user"], int(r["window_start"].replace(tzinfo=UTC).timestamp() * 1000), r["count"])
+                  for r in sink.rows())
+
+
+def clicks_pipeline(inbox: Path, name: str, **files: Any) -> tuple[hr.Pipeline, TestSink]:
+    p = hr.Pipeline(name)
+    out = TestSink()
+    clicks = p.source("clicks", hr.sources.Files(inbox, schema="user string, ts timestamp", bounded=True, **files),
+                      event_time="ts", max_out_of_orderness="2s")
+    clicks.key_by("user").window(hr.Tumbling("10s")).count().sink("out", out)
+    return p, out
+
+
+def test_a_bounded_directory_ends_and_its_last_windows_fire(spark: Any, tmp_path: Path) -> None:
+    inbox = tmp_path / "clicks, day 1"  # a comma: Spark reads the directory and the end file's folder as {a,b}
+    clicks = write_clicks(inbox, files=3, per_file=25)
+    p, out = clicks_pipeline(inbox, "bounded_native", max_files_per_batch=1)
+    assert "Spark's own file source" in p.explain()
+    run = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start()
+    (inbox / "part-999.jsonl").write_text(json.dumps({"user": "late", "ts": 0}) + "\n")  # after the start
+    result = run.wait()
+
+    assert result.stopped_by == "input exhausted"
+    assert window_rows(out) == counts_per_10s(clicks)  # every window, the last ones too; not the file added later
+    assert result.input_rows == 75  # the flush row is not a record
+    assert [n for n in (report["numInputRows"] for report in result.progress) if n][:3] == [25, 25, 25]
+
+
+def test_a_stopped_bounded_run_goes_on_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:
+    clicks = write_clicks(tmp_path / "in", files=4, per_file=20)
+    state = str(tmp_path / "state")
+    p, first = clicks_pipeline(tmp_path / "in", "bounded_native_restart", max_files_per_batch=1)
+    run = PipelineRun(p, state_dir=state, progress="quiet").start()
+    run.request_stop("test: stop early")
+    run.wait()
+    p, second = clicks_pipeline(tmp_path / "in", "bounded_native_restart", max_files_per_batch=1)
+    result = PipelineRun(p, state_dir=state, progress="quiet").start().wait()
+
+    assert result.stopped_by == "input exhausted"
+    assert sorted(window_rows(first) + window_rows(second)) == counts_per_10s(clicks)  # none lost, none twice
+
+
+def test_a_stateless_bounded_run_ends_without_a_flush_row(spark: Any, tmp_path: Path) -> None:
+    """No step reads event time: the run ends once Spark has taken every file."""
+    inbox = tmp_path / "in"
+    clicks = write_clicks(inbox, files=2, per_file=10)
+    p = hr.Pipeline("bounded_native_stateless")
+    out = TestSink()
+    p.source("clicks", hr.sources.Files(inbox, schema="user string, ts timestamp", bounded=True)).sink("out", out)
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+
+    assert result.stopped_by == "input exhausted"
+    assert sorted(int(r["ts"].replace(tzinfo=UTC).timestamp() * 1000) for r in out.rows()) == [c["ts"] for c in clicks]
+    assert sum(report["numInputRows"] for report in result.progress) == 20  # no flush row was read
+
+
+def test_a_bounded_spark_reader_needs_a_local_checkpoint(tmp_path: Path) -> None:
+    from headrace.connectors.files_native import read_stream
+    from headrace.contract import SourceContext
+
+    context = SourceContext(str(tmp_path / "run"), "clicks", "hdfs://cluster/state/p/checkpoint")
+    with pytest.raises(hr.SourceError, match=r"source 'clicks': a bounded Files source read by Spark's file source "
+                                             r"learns that its input has ended from the checkpoint, which must be on "
+                                             r"this machine \(the state dir is hdfs://cluster/state/p/checkpoint\); "
+                                             r"use reader='python'"):
+        read_stream(None, context, str(tmp_path), "jsonl", (("a", "long"),), csv_header=True, max_files=None,
+                    bounded=True, fail_fast=False)
+
+
+def test_an_unknown_reader_or_a_path_spark_reads_as_a_pattern_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match=r"unknown reader 'java'; use one of spark, python"):
         hr.sources.Files(tmp_path, schema="a long", reader="java")
+    with pytest.raises(PlanError, match=r"FileSource\('.*/in\{x\}'\): Spark's file source reads a path that holds "
+                                        r"any of \{ \} \[ \] \* \? \\ as a pattern; rename the directory, or read "
+                                        r"it with reader='python'"):
+        hr.sources.Files(str(tmp_path / "in{x}"), schema="a long")
+    assert hr.sources.Files(tmp_path / "in{x}", schema="a long", reader="python").reader == "python"

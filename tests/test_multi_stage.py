@@ -8,6 +8,7 @@ import datetime
 from typing import Any
 
 import pytest
+from input_files import write_in_order
 
 import headrace as hr
 from headrace.engine.process_logic import ProcessLogic, ProcessState
@@ -159,7 +160,7 @@ def test_sigkill_of_a_chain_then_restart_gives_the_uninterrupted_output(tmp_path
     folder = tmp_path / "input"
     folder.mkdir()
     for number, records in enumerate(files):
-        (folder / f"part-{number:02d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        write_in_order(folder / f"part-{number:02d}.jsonl", "".join(json.dumps(r) + "\n" for r in records), number)
     counts: dict[tuple[str, int], int] = defaultdict(int)  # (user, minute) -> events
     for records in files[:-1]:
         for record in records:
@@ -402,7 +403,7 @@ def test_a_window_of_windows_into_two_sinks_beside_dead_letters(spark, tmp_path)
     folder.mkdir()
     for number, lines in enumerate(files):
         text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
-        (folder / f"part-{number}.jsonl").write_text(text)
+        write_in_order(folder / f"part-{number}.jsonl", text, number)
     good = [[line for line in lines if isinstance(line, dict)] for lines in files]
     expected = sliding_then_tumbling(good, 1_000, 1_000, 3_000)  # a tumbling window is a sliding one
     bad = sorted(line for lines in files for line in lines if isinstance(line, str))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from input_files import write_in_order
 
 import headrace as hr
 from headrace.testing import TestSink, TestSource, run_to_completion
@@ -173,7 +174,8 @@ def test_sigkill_of_the_driver_then_restart_gives_the_uninterrupted_output(tmp_p
     folder = tmp_path / "input"
     folder.mkdir()
     for number, lines in enumerate(files):
-        (folder / f"part-{number:02d}.jsonl").write_text("".join(json.dumps({"line": t}) + "\n" for t in lines))
+        text = "".join(json.dumps({"line": t}) + "\n" for t in lines)
+        write_in_order(folder / f"part-{number:02d}.jsonl", text, number)
     totals: Counter = Counter()
     expected = []
     for window, lines in enumerate(files):

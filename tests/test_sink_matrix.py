@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from conftest import service_or_skip
 from driver_process import KilledRun
+from input_files import write_in_order
 from sink_matrix_driver import PG_DSN, build, make_sink
 
 from headrace.connectors.files_sink import read_rows
@@ -64,7 +65,7 @@ def write_input(folder: Path) -> None:
     for n in range(FILES):
         lines = [json.dumps({"user": u, "event_time": _iso(at)}) for u, at in every[n * PER_FILE:(n + 1) * PER_FILE]]
         lines.insert(PER_FILE // 2, BAD[n])
-        (folder / f"part-{n}.jsonl").write_text("\n".join(lines) + "\n")
+        write_in_order(folder / f"part-{n}.jsonl", "\n".join(lines) + "\n", n)
 
 
 def _iso(ms: int) -> str:

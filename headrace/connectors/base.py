@@ -36,12 +36,16 @@ __all__ = ["CONTROL_COLUMN", "DEAD_COLUMNS", "FLUSH_TIME_MS", "Guarantee", "Sink
            "missing_columns", "redact_dsn", "run_batch", "spark_schema", "stop_requested"]
 
 
-def count_dead_letters(frame: Any, source: str, is_dead: Any) -> Any:
+def count_dead_letters(frame: Any, source: str, is_dead: Any, control: Any = None) -> Any:
     """``frame`` with the rows where the column ``is_dead`` holds counted as ``source``'s dead
-    letters, in the observed metric progress reads (``headrace/runtime/progress.py``)."""
+    letters, in the observed metric progress reads (``headrace/runtime/progress.py``), and the
+    non-null values of ``control`` (when given) as its control rows."""
     from pyspark.sql import functions as F
 
-    return frame.observe(f"{DEAD_LETTER_METRIC_PREFIX}{source}", F.count(F.when(is_dead, 1)).alias("dead_letters"))
+    counts = [F.count(F.when(is_dead, 1)).alias("dead_letters")]
+    if control is not None:
+        counts.append(F.count(control).alias("control_rows"))
+    return frame.observe(f"{DEAD_LETTER_METRIC_PREFIX}{source}", *counts)
 
 
 def run_batch(df: Any) -> None:

@@ -1,52 +1,115 @@
-"""``Files(..., reader="spark")``: an unbounded directory read by Spark's own file source.
+"""``Files`` read by Spark's own file source (``reader="spark"``, the default).
 
 Spark's streaming file source (``readStream.format("json" | "csv" | "parquet")``) keeps the
 files it read in its own log, so a replay reads the same files. Records become rows as
-headrace's reader makes them, with Spark's parsers:
+headrace's rules say (``headrace/connectors/file_formats/``), with Spark's parsers:
 
 * timestamps and dates are read as text and converted here, so that ISO-8601 text (no zone:
   UTC) and epoch milliseconds both work, as with headrace's reader;
 * a line that is not a record of the schema (Spark's corrupt-record column), or a timestamp
   or date that converts to nothing, goes to the dead letters with the file's name as its
-  position (Spark gives no line numbers). The name comes from ``input_file_name()``, evaluated
-  only for such a line: selecting Spark's ``_metadata`` column instead made the scan carry it
-  on every row, about 0.3 s per 2 M lines (``benchmarks/connectors.py --only files``);
+  position (Spark gives no line numbers), or with ``fail_fast`` stops the query with a
+  ``SourceError`` naming the file and the line's text. The name comes from
+  ``input_file_name()``, evaluated only for such a line: selecting Spark's ``_metadata`` column
+  instead made the scan carry it on every row, about 0.3 s per 2 M lines
+  (``benchmarks/connectors.py --only files``);
 * the dead letters are counted (``count_dead_letters``) on the rows as the scan gives them,
   before any column is computed: observed later, the count made Spark copy every row into
   the computed columns before counting, and left the rest of the query in a second piece of
-  generated code.
+  generated code;
+* no file is ever too old: Spark's ``maxFileAge`` (7 days by default: a file that appears with
+  a modification time a week older than the newest one seen is skipped) is set beyond reach.
 
-What differs from headrace's reader (``files_source.py``), and is why this reader is chosen,
-not the default: files are taken oldest first (by modification time), not by name; the
-position of a dead letter is the file, not ``file:line``; a stop does not hold the source
-(Spark plans every batch up to the files present); and there is no bounded mode (Spark's
-source never ends, so no final flush closes the last windows).
+**Bounded**: Spark's source never ends, so headrace ends it. Spark reads two folders (a glob):
+the source's directory and the source's end folder in the run files, and sees only the files
+the directory holds when the run starts (a ``pathGlobFilter`` of their names) and the end
+file. Spark logs the files each micro-batch takes before the batch runs, under the query's
+checkpoint (``sources/<n>/<batch>``, ``<batch>.compact``: a ``v1`` line, then one JSON entry
+per file). Between micro-batches the runner calls ``end_bounded``: once the log holds every
+file of the directory, it writes the end file, one flush row (its ``_hr_ctl`` set, which a row
+of any other file never has); once the log holds the end file, it writes the exhausted marker.
+No Python runs in the query. That needs the checkpoint on this machine's file system.
+
+What differs from headrace's Python reader (``reader="python"``): files are taken oldest
+first (by modification time; files modified in the same millisecond in any order), not by
+name; a dead letter's position is its file, not ``file:line``; and a stop does not hold the
+source (Spark plans every batch up to the files present).
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote, urlparse
 
-from headrace.connectors.base import count_dead_letters
-from headrace.contract import CONTROL_COLUMN, DEAD_COLUMNS
-from headrace.schema import Schema, to_ddl
+from headrace.connectors.base import count_dead_letters, mark_exhausted
+from headrace.contract import CONTROL_COLUMN, CONTROL_METRIC_PREFIX, DEAD_COLUMNS, FLUSH_TIME_MS, SourceContext
+from headrace.environment.state_paths import is_remote, local_path
+from headrace.errors import SourceError
+from headrace.schema import Schema, arrow_schema, to_ddl
 
 CORRUPT = "_hr_corrupt"
 TEMPORAL = ("timestamp", "date")
+SPARK_FORMATS = {"jsonl": "json", "csv": "csv", "parquet": "parquet"}
+KEEP_EVERY_FILE = "3650000d"  # Spark's maxFileAge: files this much older than the newest are skipped
+PATTERN_CHARACTERS = "{}[]*?\\"  # Hadoop's glob characters: Spark reads a path with any of them as a pattern
+_GLOB_SPECIAL = set(PATTERN_CHARACTERS + ",")  # and the comma between the alternatives of the globs written here
 
 
-def _read_schema(schema: Schema, with_corrupt: bool) -> str:
-    """The schema Spark reads with: temporal columns as text (converted afterwards)."""
-    columns = [(name, "string" if kind in TEMPORAL else kind) for name, kind in schema]
-    return to_ddl((*columns, (CORRUPT, "string")) if with_corrupt else tuple(columns))
+def only_these(names: list[str]) -> str:
+    r"""A ``pathGlobFilter`` that matches exactly ``names`` (and nothing when there are none).
+
+    >>> only_these(["a.jsonl", "b,{1}.jsonl"])
+    '{a.jsonl,b\\,\\{1\\}.jsonl}'
+    """
+    return "{" + ",".join(map(_glob, names)) + "}"
+
+
+def list_files(path: str) -> list[str]:
+    """The names of the regular, non-hidden files in ``path``, sorted."""
+    with os.scandir(path) as entries:
+        return sorted(e.name for e in entries
+                      if not e.name.startswith((".", "_")) and e.is_file())
+
+
+def _glob(text: str) -> str:
+    return "".join("\\" + c if c in _GLOB_SPECIAL else c for c in text)
+
+
+def _both(first: str, second: str) -> str:
+    r"""A glob of two folders, as Hadoop takes it: their common parent, then the alternatives.
+
+    >>> _both("/data/in,box", "/state/p/run/files_end/s")
+    '/{data/in\\,box,state/p/run/files_end/s}'
+    """
+    parent = os.path.commonpath([first, second])
+    relative = [os.path.relpath(folder, parent) for folder in (first, second)]
+    return os.path.join(_glob(parent), "{" + ",".join(map(_glob, relative)) + "}")
+
+
+def _read_schema(schema: Schema, parsed: bool, flush: bool) -> str:
+    """The schema Spark reads with: temporal columns of text files as text (converted afterwards),
+    the control column of a bounded source's end file, the corrupt-record column."""
+    columns = [(name, "string" if parsed and kind in TEMPORAL else kind) for name, kind in schema]
+    if flush:
+        columns.append((CONTROL_COLUMN, "long"))
+    if parsed:
+        columns.append((CORRUPT, "string"))
+    return to_ddl(tuple(columns))
 
 
 def _temporal(column: Any, kind: str) -> Any:
-    """ISO-8601 text or epoch milliseconds as a timestamp (or a date)."""
+    """ISO-8601 text or epoch milliseconds as a timestamp (or a date).
+
+    Text of digits is epoch milliseconds, although Spark reads 4 to 6 of them as a year. Spark
+    reads no longer text of digits as a time, so text of more than 7 characters is tried as
+    ISO-8601 first: the usual case skips the costlier test for digits."""
     from pyspark.sql import functions as F
 
     millis = F.when(column.rlike(r"^-?\d+$"), F.timestamp_millis(column.cast("long")))
-    moment = F.coalesce(millis, F.try_to_timestamp(column))
+    moment = F.coalesce(F.when(F.length(column) > 7, F.try_to_timestamp(column)), millis, F.try_to_timestamp(column))
     return moment.cast("date") if kind == "date" else moment
 
 
@@ -57,24 +120,40 @@ def _file_name() -> Any:
     return F.url_decode(F.substring_index(F.input_file_name(), "/", -1))
 
 
-def read_stream(spark: Any, source: str, path: str, format: str, schema: Schema, *, csv_header: bool,
-                max_files: int | None) -> Any:
-    """The streaming DataFrame of source ``source``: data columns, the control column and (JSON
-    lines and CSV) the dead-letter columns, counted by ``count_dead_letters``."""
+def read_stream(spark: Any, context: SourceContext, path: str, format: str, schema: Schema, *, csv_header: bool,
+                max_files: int | None, bounded: bool, fail_fast: bool) -> Any:
+    """The streaming DataFrame of the source: data columns, the control column and (JSON lines
+    and CSV) the dead-letter columns, counted by ``count_dead_letters``."""
     from pyspark.sql import functions as F
 
+    source = context.source_name
     parsed = format != "parquet"
-    reader = spark.readStream.schema(_read_schema(schema, parsed) if parsed else to_ddl(schema))
+    flush = bounded and context.control_read  # the end file's flush row, when a step reads it
+    end = _prepare_end(context, path, flush) if bounded else ""
+    reader = spark.readStream.schema(_read_schema(schema, parsed, flush)).option("maxFileAge", KEEP_EVERY_FILE)
+    if bounded:
+        reader = reader.option("pathGlobFilter", only_these([*_this_run(end)["files"], *[END_FILE[format]] * flush]))
     if max_files is not None:
         reader = reader.option("maxFilesPerTrigger", str(max_files))
     if parsed:
         reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
     if format == "csv":
         reader = reader.option("header", str(csv_header).lower())
-    frame = reader.format({"jsonl": "json", "csv": "csv", "parquet": "parquet"}[format]).load(path)
-    control = F.lit(None).cast("long").alias(CONTROL_COLUMN)
-    if not parsed:
-        return frame.select(*[F.col(f"`{n}`") for n, _ in schema], control)
+    frame = reader.format(SPARK_FORMATS[format]).load(_both(path, end) if flush else path)
+    control = F.lit(None).cast("long")
+    if flush:  # only the end file's row is a control row; Spark counts it as input, progress takes it off
+        control = F.when(F.col(CONTROL_COLUMN).isNotNull() & (_file_name() == END_FILE[format]), F.col(CONTROL_COLUMN))
+    if parsed:
+        return _with_dead_letters(frame, source, path, format, schema, control, fail_fast, flush)
+    if flush:
+        frame = frame.observe(f"{CONTROL_METRIC_PREFIX}{source}", F.count(control).alias("control_rows"))
+    return frame.select(*[F.col(f"`{n}`") for n, _ in schema], control.alias(CONTROL_COLUMN))
+
+
+def _with_dead_letters(frame: Any, source: str, path: str, format: str, schema: Schema, control: Any,
+                       fail_fast: bool, count_control: bool) -> Any:
+    from pyspark.sql import functions as F
+
     columns, unreadable = [], F.lit(False)
     for name, kind in schema:
         column = F.col(f"`{name}`")
@@ -85,11 +164,118 @@ def read_stream(spark: Any, source: str, path: str, format: str, schema: Schema,
         columns.append(column.alias(name))
     corrupt = F.col(CORRUPT).isNotNull()
     bad = corrupt | unreadable
-    frame = count_dead_letters(frame, source, bad)
+    frame = count_dead_letters(frame, source, bad, control if count_control else None)
     raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[F.col(f"`{n}`") for n, _ in schema])))
     error = F.when(corrupt, F.lit(f"the line is not a {'JSON object' if format == 'jsonl' else 'CSV row'} of the "
                                   f"schema {to_ddl(schema)}")).otherwise(F.lit("a timestamp or date that is neither "
                                                                               "ISO-8601 text nor epoch milliseconds"))
+    if fail_fast:  # the query stops on the first bad line, with a SourceError (headrace.errors.raised_inside)
+        where = F.concat(F.lit(f"headrace.errors.SourceError: source {source!r}: {path}/"), _file_name(), F.lit(": "))
+        text = F.regexp_replace(F.substring(raw, 1, 200), r"[\r\n]+", " ")  # Spark adds its SQLSTATE after a line
+        control = F.when(bad, F.raise_error(F.concat(where, error, F.lit(": "), text, F.lit("\n"))).cast("long")
+                         ).otherwise(control)
     dead = [F.when(bad, raw).alias(DEAD_COLUMNS[0]), F.when(bad, error).alias(DEAD_COLUMNS[1]),
             F.when(bad, _file_name()).alias(DEAD_COLUMNS[2])]
-    return frame.select(*columns, control, *dead)
+    return frame.select(*columns, control.alias(CONTROL_COLUMN), *dead)
+
+
+# ----------------------------------------------------------------------------------------------
+# The end of a bounded source.
+
+END_FILE = {"jsonl": "headrace-end-of-input.jsonl", "csv": "headrace-end-of-input.csv",
+            "parquet": "headrace-end-of-input.parquet"}
+RUN_FILE = ".this-run.json"  # hidden: Spark skips names that start with "." or "_"
+
+
+def _end_folder(context: SourceContext) -> str:
+    return os.path.abspath(os.path.join(context.run_dir, "files_end", context.source_name))
+
+
+def _this_run(end: str) -> dict[str, Any]:
+    """What ``_prepare_end`` wrote: ``files``, this run's, and ``flush``, whether to write the end file."""
+    with open(os.path.join(end, RUN_FILE), encoding="utf-8") as run:
+        return dict(json.load(run))
+
+
+def _prepare_end(context: SourceContext, path: str, flush: bool) -> str:
+    """The source's end folder, with the names of the files the directory holds now (what this
+    run reads) and whether a step reads the flush row. The end file is written later, by
+    ``end_bounded``; a run that stopped before Spark took it leaves it for the next."""
+    if not context.checkpoint or is_remote(context.checkpoint):
+        raise SourceError(f"source {context.source_name!r}: a bounded Files source read by Spark's file source "
+                          f"learns that its input has ended from the checkpoint, which must be on this machine "
+                          f"(the state dir is {context.checkpoint or 'unknown'}); use reader='python'")
+    end = _end_folder(context)
+    os.makedirs(end, exist_ok=True)
+    _write_atomically(os.path.join(end, RUN_FILE), json.dumps({"files": list_files(path), "flush": flush}).encode())
+    return end
+
+
+def end_bounded(context: SourceContext, path: str, format: str, schema: Schema, csv_header: bool) -> None:
+    """Between micro-batches: once Spark has taken every file of this run, the end file (or,
+    when no step reads the flush row, the exhausted marker); once it has taken the end file,
+    the exhausted marker."""
+    end = _end_folder(context)
+    if not os.path.exists(os.path.join(end, RUN_FILE)):
+        return  # the query has not started
+    run, end_file = _this_run(end), os.path.join(end, END_FILE[format])
+    taken = files_taken(os.path.abspath(local_path(context.checkpoint)))
+    if end_file in taken:
+        mark_exhausted(context.options())
+    elif all(os.path.join(path, name) in taken for name in run["files"]):
+        if not run["flush"]:
+            mark_exhausted(context.options())
+        elif not os.path.exists(end_file):
+            _write_atomically(end_file, _end_file(format, schema, csv_header))
+
+
+def _end_file(format: str, schema: Schema, csv_header: bool) -> bytes:
+    """One row: every column null but the control column, FLUSH_TIME_MS."""
+    if format == "jsonl":
+        return json.dumps({CONTROL_COLUMN: FLUSH_TIME_MS}).encode() + b"\n"
+    if format == "csv":
+        header = ",".join([*(name for name, _ in schema), CONTROL_COLUMN]) + "\n" if csv_header else ""
+        return (header + "," * len(schema) + f"{FLUSH_TIME_MS}\n").encode()
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fields = [*arrow_schema(schema), pa.field(CONTROL_COLUMN, pa.int64())]
+    row = pa.table([pa.nulls(1, f.type) for f in fields[:-1]] + [pa.array([FLUSH_TIME_MS], pa.int64())],
+                   schema=pa.schema(fields))
+    buffer = io.BytesIO()
+    pq.write_table(row, buffer)
+    return buffer.getvalue()
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    hidden = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(hidden, "wb") as out:
+        out.write(data)
+    os.replace(hidden, path)
+
+
+def files_taken(checkpoint: str) -> set[str]:
+    """The paths of the files the query's file sources have taken: the entries of their logs."""
+    paths: set[str] = set()
+    logs = os.path.join(checkpoint, "sources")
+    if not os.path.isdir(logs):
+        return paths
+    for source in os.scandir(logs):
+        if source.is_dir():
+            for log in os.scandir(source.path):
+                if not log.name.startswith(".") and not log.name.endswith(".crc"):  # being written; checksums
+                    paths.update(_logged_paths(log.path))
+    return paths
+
+
+def _logged_paths(log: str) -> Iterator[str]:
+    with open(log, encoding="utf-8") as lines:
+        if lines.readline().strip() != "v1":
+            return  # another kind of source's log
+        for line in lines:
+            try:
+                yield unquote(urlparse(json.loads(line)["path"]).path)
+            except (ValueError, KeyError, TypeError):
+                continue

@@ -1,5 +1,9 @@
 """Files: a source that reads JSON-lines, CSV or Parquet files from a directory.
 
+Two readers. By default Spark's own streaming file source reads the files, with headrace's
+timestamps, dead letters and, for a bounded source, an end (``files_native.py``). With
+``reader="python"``, headrace's Python data source (``spark_readers/files.py``) reads them:
+
 The directory is listed at every trigger. Files are taken in name order and
 are treated as immutable once seen (write them elsewhere, or under a hidden
 name starting with ``.`` or ``_``, and rename them into place when complete:
@@ -35,6 +39,7 @@ from typing import Any
 from headrace.connectors import files_native
 from headrace.connectors.file_formats import FORMATS
 from headrace.connectors.file_formats.parquet import parquet_schema
+from headrace.connectors.files_native import list_files
 from headrace.contract import (
     Guarantee,
     SourceConnector,
@@ -43,14 +48,7 @@ from headrace.contract import (
 from headrace.errors import PlanError, SourceError
 from headrace.schema import Schema, schema_of, to_ddl
 
-READER_KINDS = ("python", "spark")
-
-
-def list_files(path: str) -> list[str]:
-    """The names of the regular, non-hidden files in ``path``, sorted."""
-    with os.scandir(path) as entries:
-        return sorted(e.name for e in entries
-                      if not e.name.startswith((".", "_")) and e.is_file())
+READER_KINDS = ("spark", "python")
 
 
 @dataclass(frozen=True, init=False)
@@ -60,9 +58,10 @@ class FileSource(SourceConnector):
     ``schema`` (any form ``schema_of`` accepts) is required for jsonl and csv; for
     parquet it defaults to the schema of the first file. ``bounded`` reads the files
     present at start and ends; otherwise new files are picked up at every trigger.
-    ``fail_fast`` raises on the first bad record instead of dead-lettering it.
+    ``fail_fast`` raises on the first bad record instead of dead-lettering it. ``reader``: "spark"
+    (Spark's file source, the default) or "python" (headrace's; docs/connectors.md compares them).
     ``csv_header``: the first CSV row names the columns. ``max_files_per_batch``: at
-    most this many files per micro-batch, in name order (default: all new files; a bounded
+    most this many files per micro-batch (default: all new files; a bounded
     source then reads everything in one batch). Exactly-once while the files are kept unchanged.
     """
 
@@ -80,13 +79,14 @@ class FileSource(SourceConnector):
 
     def __init__(self, path: str, format: str = "jsonl", schema: Any = None, *, bounded: bool = False,
                  fail_fast: bool = False, csv_header: bool = True, max_files_per_batch: int | None = None,
-                 reader: str = "python") -> None:
+                 reader: str = "spark") -> None:
         where = f"FileSource({path!r})"
         if reader not in READER_KINDS:
             raise PlanError(f"{where}: unknown reader {reader!r}; use one of {', '.join(READER_KINDS)}")
-        if reader == "spark" and (bounded or fail_fast):
-            raise PlanError(f"{where}: reader='spark' reads an unbounded directory and sends bad records to the "
-                            "dead letters; bounded=True and fail_fast=True need reader='python'")
+        if reader == "spark" and set(os.fspath(path)) & set(files_native.PATTERN_CHARACTERS):
+            raise PlanError(f"{where}: Spark's file source reads a path that holds any of "
+                            f"{' '.join(files_native.PATTERN_CHARACTERS)} as a pattern; rename the directory, "
+                            "or read it with reader='python'")
         if max_files_per_batch is not None and (not isinstance(max_files_per_batch, int) or max_files_per_batch < 1):
             raise PlanError(f"{where}: max_files_per_batch must be a whole number of at least 1, "
                             f"got {max_files_per_batch!r}")
@@ -119,8 +119,13 @@ class FileSource(SourceConnector):
     def read_stream(self, spark: Any, context: SourceContext) -> Any:
         if self.reader == "python":
             return super().read_stream(spark, context)
-        return files_native.read_stream(spark, context.source_name, self.path, self.format, self.schema(),
-                                        csv_header=self.csv_header, max_files=self.max_files_per_batch)
+        return files_native.read_stream(spark, context, self.path, self.format, self.schema(),
+                                        csv_header=self.csv_header, max_files=self.max_files_per_batch,
+                                        bounded=self.bounded, fail_fast=self.fail_fast)
+
+    def between_batches(self, context: SourceContext) -> None:
+        if self.reader == "spark" and self.bounded:
+            files_native.end_bounded(context, self.path, self.format, self.schema(), self.csv_header)
 
     @property
     def emits_dead_letters(self) -> bool:  # type: ignore[override]

@@ -32,7 +32,7 @@ TOTALS = ("input_rows", "dead_letters", "late_rows_dropped")
 
 def _observed(progress: dict[str, Any], prefix: str, field: str) -> int:
     observed = progress.get("observedMetrics") or {}
-    return sum(int(row[field] or 0) for name, row in observed.items() if name.startswith(prefix) and row is not None)
+    return sum(int(row.get(field) or 0) for name, row in observed.items() if name.startswith(prefix) and row)
 
 
 def _partition_offsets(offset: Any) -> dict[tuple[str, str], int] | None:
@@ -87,6 +87,7 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     dropped = sum(op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", []))
     dropped += _observed(progress, LATE_METRIC_PREFIX, "late_dropped")
     control = _observed(progress, CONTROL_METRIC_PREFIX, "control_rows")
+    control += _observed(progress, DEAD_LETTER_METRIC_PREFIX, "control_rows")  # counted with the dead letters
     control += sum(flush_rows(s.get("startOffset"), s.get("endOffset")) for s in progress.get("sources") or ())
     repeated = _observed(progress, REPEAT_METRIC_PREFIX, "repeated_rows")
     rows = (progress.get("numInputRows") or 0) - control - repeated

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace import config
+from headrace.contract import SourceContext
 from headrace.environment import checkpoints, storage
 from headrace.environment.admission import ADMISSION_FILE, AdmissionControl
 from headrace.environment.checkpoints import pipeline_root, query_id, read_query_id
@@ -163,7 +164,7 @@ class PipelineRun:
         run then: there is nothing to drain)."""
         try:
             if not self._stop_asked:
-                self.compiled = compile_plan(self.plan, self._spark, self.run_dir)
+                self.compiled = compile_plan(self.plan, self._spark, self.run_dir, self.checkpoint)
             if not self._stop_asked:
                 record_plan(self.plan, self.root)
                 self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir,
@@ -224,6 +225,11 @@ class PipelineRun:
                 break
             time.sleep(0.05)
         self._collect()
+
+    def between_batches(self) -> None:
+        """Let each source whose query cannot see its end by itself look at where the query is."""
+        for source in self.plan.sources():
+            source.connector.between_batches(SourceContext(self.run_dir, source.name, self.checkpoint))
 
     def exhausted(self) -> bool:
         folder = Path(self.run_dir) / "exhausted"
@@ -347,6 +353,7 @@ class PipelineRun:
                     except Exception:  # noqa: BLE001 - the query failed: _alive() restarts it or raises
                         continue
                     self.poll()
+                self.between_batches()
                 if self.exhausted():  # bounded input, or e.g. a socket whose peer closed the connection
                     self.settle()
                     self.stop_reason = self.stop_reason or "input exhausted"

@@ -25,6 +25,7 @@ class Compilation(Protocol):
     plan: Plan
     spark: SparkSession
     run_dir: str
+    query_checkpoint: str  # the query's checkpoint ("" when compiled without one)
     chains: dict[str, list[str]]  # the fused Python chains, by their last step
     scans: Counter[str]  # how many times the query scans each source
     raw_sources: dict[str, DataFrame]

@@ -36,9 +36,9 @@ class Compiled:
 class Lowering(WatermarkPlacement):
     """State of one compilation: the plan, the session and the DataFrames built so far."""
 
-    def __init__(self, plan: Plan, spark: SparkSession, run_dir: str) -> None:
+    def __init__(self, plan: Plan, spark: SparkSession, run_dir: str, query_checkpoint: str = "") -> None:
         super().__init__(plan)
-        self.spark, self.run_dir = spark, run_dir
+        self.spark, self.run_dir, self.query_checkpoint = spark, run_dir, query_checkpoint
         self.frames: dict[str, DataFrame] = {}
         self.watermarked: dict[str, DataFrame] = {}
         self.raw_sources: dict[str, DataFrame] = {}  # a source's rows with its dead letters, for dead_letters()
@@ -151,9 +151,10 @@ def source_scans(plan: Plan) -> Counter[str]:
     return total
 
 
-def compile_plan(plan: Plan, spark: SparkSession, run_dir: str) -> Compiled:
-    """The plan's Spark query. The plan has passed ``check_plan`` (the runner checks it first)."""
-    lowering = Lowering(plan, spark, run_dir)
+def compile_plan(plan: Plan, spark: SparkSession, run_dir: str, checkpoint: str = "") -> Compiled:
+    """The plan's Spark query, to run from ``checkpoint``. The plan has passed ``check_plan`` (the
+    runner checks it first)."""
+    lowering = Lowering(plan, spark, run_dir, checkpoint)
     register_functions(plan, spark)
     if has_operators(plan):  # the query runs to the shared root; operators and sinks run per batch
         root = shared_root(plan)

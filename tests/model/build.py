@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from input_files import write_in_order
+
 import headrace as hr
 from headrace.testing import TestSink
 from model.spec import (
@@ -48,7 +50,7 @@ def _write_batches(batches: tuple[tuple[Any, ...], ...], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for number, batch in enumerate(batches):
         lines = [item.raw if isinstance(item, BadLine) else json.dumps(item.as_dict()) for item in batch]
-        (folder / file_name(number)).write_text("".join(line + "\n" for line in lines))
+        write_in_order(folder / file_name(number), "".join(line + "\n" for line in lines), number)
 
 
 class Built:

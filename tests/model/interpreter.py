@@ -4,7 +4,7 @@ Written from the documented semantics, not from headrace's code (it imports noth
 headrace):
 
 * each input file is one micro-batch; a line that does not parse, or whose value does not fit
-  its field's type, is a dead letter (``source``, ``position`` ``file:line``, ``raw``);
+  its field's type, is a dead letter (``source``, ``position`` its file: Spark's reader gives no line, ``raw``);
 * the watermark W is the largest event time seen (over every parsed record of the source, before
   any step) minus the maximum out-of-orderness; it moves between micro-batches, so a batch is
   judged against the W the batches before it left (docs/semantics.md); with a second source
@@ -112,9 +112,9 @@ def run(spec: Spec) -> Outcome:
 
 def _parse(source: str, number: int, batch: tuple[Event | BadLine, ...]) -> tuple[list[Event], list[Row]]:
     events, dead = [], []
-    for line, item in enumerate(batch, start=1):
+    for item in batch:
         if isinstance(item, BadLine):
-            dead.append({"source": source, "position": f"{file_name(number)}:{line}", "raw": item.raw})
+            dead.append({"source": source, "position": file_name(number), "raw": item.raw})  # Spark's reader: the file
         else:
             events.append(item)
     return events, dead

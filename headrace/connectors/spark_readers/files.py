@@ -14,7 +14,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from headrace.connectors.base import ExhaustedMark, flush_batch, spark_schema, stop_requested
 from headrace.connectors.file_formats import READERS
 from headrace.connectors.file_formats.reader import batch_schema
-from headrace.connectors.files_source import list_files
+from headrace.connectors.files_native import list_files
 from headrace.contract import FLUSHED
 from headrace.environment.admission import backlog
 from headrace.errors import SourceError
