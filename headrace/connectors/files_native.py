@@ -101,15 +101,11 @@ def _read_schema(schema: Schema, parsed: bool, flush: bool) -> str:
 
 
 def _temporal(column: Any, kind: str) -> Any:
-    """ISO-8601 text or epoch milliseconds as a timestamp (or a date).
-
-    Text of digits is epoch milliseconds, although Spark reads 4 to 6 of them as a year. Spark
-    reads no longer text of digits as a time, so text of more than 7 characters is tried as
-    ISO-8601 first: the usual case skips the costlier test for digits."""
+    """ISO-8601 text or epoch milliseconds as a timestamp (or a date)."""
     from pyspark.sql import functions as F
 
     millis = F.when(column.rlike(r"^-?\d+$"), F.timestamp_millis(column.cast("long")))
-    moment = F.coalesce(F.when(F.length(column) > 7, F.try_to_timestamp(column)), millis, F.try_to_timestamp(column))
+    moment = F.coalesce(millis, F.try_to_timestamp(column))
     return moment.cast("date") if kind == "date" else moment
 
 
