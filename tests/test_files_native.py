@@ -152,6 +152,32 @@ def test_a_stopped_bounded_run_goes_on_from_its_checkpoint(spark: Any, tmp_path:
     assert sorted(window_rows(first) + window_rows(second)) == counts_per_10s(clicks)  # none lost, none twice
 
 
+@pytest.mark.parametrize("windowed", [True, False])
+def test_a_bounded_input_that_has_ended_stays_ended(spark: Any, tmp_path: Path, windowed: bool) -> None:
+    """A run from the checkpoint of a bounded run that ended reads nothing, not even a file added
+    since: after the end its windows have closed, so its records could only be late."""
+    clicks = write_clicks(tmp_path / "in", files=2, per_file=10)
+
+    def pipeline() -> tuple[hr.Pipeline, TestSink]:
+        if windowed:
+            return clicks_pipeline(tmp_path / "in", "bounded_native_ended")
+        p, out = hr.Pipeline("bounded_native_ended"), TestSink()
+        p.source("clicks", hr.sources.Files(tmp_path / "in", schema="user string, ts timestamp", bounded=True)
+                 ).sink("out", out)
+        return p, out
+
+    p, first = pipeline()
+    PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+    assert len(first.rows()) == (len(counts_per_10s(clicks)) if windowed else 20)
+    write_clicks(tmp_path / "more", files=1, per_file=5)
+    (tmp_path / "more" / "part-000.jsonl").rename(tmp_path / "in" / "part-100.jsonl")
+    p, second = pipeline()
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+
+    assert result.stopped_by == "input exhausted"
+    assert (second.rows(), result.input_rows, result.late_rows_dropped) == ([], 0, 0)
+
+
 def test_a_stateless_bounded_run_ends_without_a_flush_row(spark: Any, tmp_path: Path) -> None:
     """No step reads event time: the run ends once Spark has taken every file."""
     inbox = tmp_path / "in"

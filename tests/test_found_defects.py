@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from input_files import write_in_order
 
 import headrace as hr
 from headrace.runtime.runner import PipelineRun
@@ -58,7 +59,7 @@ def test_the_first_of_two_windows_drops_a_late_record(spark, tmp_path: Path):
                [{"key": "a", "ts": 4_999}]]
     (tmp_path / "in").mkdir()
     for number, batch in enumerate(batches):  # a file a micro-batch, read one after the other without a pause
-        (tmp_path / "in" / f"{number}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in batch))
+        write_in_order(tmp_path / "in" / f"{number}.jsonl", "".join(json.dumps(r) + "\n" for r in batch), number)
     p = hr.Pipeline("found_chain_lateness")
     events = p.source("events", hr.sources.Files(str(tmp_path / "in"), "jsonl", {"key": "string", "ts": "long"},
                                                  bounded=True, max_files_per_batch=1), event_time="ts")

@@ -180,7 +180,8 @@ def _with_dead_letters(frame: Any, source: str, path: str, format: str, schema: 
 
 END_FILE = {"jsonl": "headrace-end-of-input.jsonl", "csv": "headrace-end-of-input.csv",
             "parquet": "headrace-end-of-input.parquet"}
-RUN_FILE = ".this-run.json"  # hidden: Spark skips names that start with "." or "_"
+RUN_FILE = ".this-run.json"
+ENDED = ".ended"  # written once the input has ended  # hidden: Spark skips names that start with "." or "_"
 
 
 def _end_folder(context: SourceContext) -> str:
@@ -203,26 +204,32 @@ def _prepare_end(context: SourceContext, path: str, flush: bool) -> str:
                           f"(the state dir is {context.checkpoint or 'unknown'}); use reader='python'")
     end = _end_folder(context)
     os.makedirs(end, exist_ok=True)
-    _write_atomically(os.path.join(end, RUN_FILE), json.dumps({"files": list_files(path), "flush": flush}).encode())
+    # an input that ended in an earlier run from this checkpoint stays ended: nothing more is read
+    ended = os.path.exists(os.path.join(end, ENDED)) and files_taken(_local(context.checkpoint))
+    files = [] if ended else list_files(path)
+    _write_atomically(os.path.join(end, RUN_FILE), json.dumps({"files": files, "flush": flush}).encode())
     return end
 
 
 def end_bounded(context: SourceContext, path: str, format: str, schema: Schema, csv_header: bool) -> None:
     """Between micro-batches: once Spark has taken every file of this run, the end file (or,
-    when no step reads the flush row, the exhausted marker); once it has taken the end file,
-    the exhausted marker."""
+    when no step reads the flush row, the end); once it has taken the end file, the end: the
+    exhausted marker, and the ended marker a later run from this checkpoint reads nothing after."""
     end = _end_folder(context)
     if not os.path.exists(os.path.join(end, RUN_FILE)):
         return  # the query has not started
     run, end_file = _this_run(end), os.path.join(end, END_FILE[format])
-    taken = files_taken(os.path.abspath(local_path(context.checkpoint)))
-    if end_file in taken:
+    taken = files_taken(_local(context.checkpoint))
+    all_taken = all(os.path.join(path, name) in taken for name in run["files"])
+    if end_file in taken or (all_taken and not run["flush"]):
+        _write_atomically(os.path.join(end, ENDED), b"")
         mark_exhausted(context.options())
-    elif all(os.path.join(path, name) in taken for name in run["files"]):
-        if not run["flush"]:
-            mark_exhausted(context.options())
-        elif not os.path.exists(end_file):
-            _write_atomically(end_file, _end_file(format, schema, csv_header))
+    elif all_taken and not os.path.exists(end_file):
+        _write_atomically(end_file, _end_file(format, schema, csv_header))
+
+
+def _local(checkpoint: str) -> str:
+    return os.path.abspath(local_path(checkpoint))
 
 
 def _end_file(format: str, schema: Schema, csv_header: bool) -> bytes:
