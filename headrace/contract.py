@@ -17,7 +17,9 @@ Every source takes the Spark options ``hr_run_dir`` and ``hr_source``. When the
 file ``<hr_run_dir>/stop`` exists, ``latestOffset`` must return the offset it
 returned last (the runtime is draining the pipeline to a batch boundary). A
 bounded source writes ``<hr_run_dir>/exhausted/<hr_source>`` once the offset it
-returns covers all its input, flush row included.
+returns covers all its input, flush row included. A source Spark reads itself, whose end the
+query cannot see (``Files`` read by Spark's file source), does both through
+``SourceConnector.between_batches``, which the runner calls between micro-batches.
 
 Spark counts control rows among a batch's input rows; headrace's progress takes them off
 (``headrace/runtime/progress.py``). A source's flush row is counted from its offsets: the
