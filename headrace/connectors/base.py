@@ -198,3 +198,20 @@ def mark_exhausted(options: dict[str, str]) -> None:
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, name), "w") as marker:
         marker.write("done\n")
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write ``path`` whole or not at all (a hidden temporary file renamed into place), durably."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".{os.path.basename(path)}.tmp")
+    with open(temporary, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from headrace.connectors.base import count_dead_letters, mark_exhausted
+from headrace.connectors.base import count_dead_letters, mark_exhausted, write_atomically
 from headrace.contract import CONTROL_COLUMN, CONTROL_METRIC_PREFIX, DEAD_COLUMNS, FLUSH_TIME_MS, SourceContext
 from headrace.environment.state_paths import is_remote, local_path
 from headrace.errors import SourceError
@@ -207,7 +207,7 @@ def _prepare_end(context: SourceContext, path: str, flush: bool) -> str:
     # an input that ended in an earlier run from this checkpoint stays ended: nothing more is read
     ended = os.path.exists(os.path.join(end, ENDED)) and files_taken(_local(context.checkpoint))
     files = [] if ended else list_files(path)
-    _write_atomically(os.path.join(end, RUN_FILE), json.dumps({"files": files, "flush": flush}).encode())
+    write_atomically(os.path.join(end, RUN_FILE), json.dumps({"files": files, "flush": flush}).encode())
     return end
 
 
@@ -222,10 +222,10 @@ def end_bounded(context: SourceContext, path: str, format: str, schema: Schema, 
     taken = files_taken(_local(context.checkpoint))
     all_taken = all(os.path.join(path, name) in taken for name in run["files"])
     if end_file in taken or (all_taken and not run["flush"]):
-        _write_atomically(os.path.join(end, ENDED), b"")
+        write_atomically(os.path.join(end, ENDED), b"")
         mark_exhausted(context.options())
     elif all_taken and not os.path.exists(end_file):
-        _write_atomically(end_file, _end_file(format, schema, csv_header))
+        write_atomically(end_file, _end_file(format, schema, csv_header))
 
 
 def _local(checkpoint: str) -> str:
@@ -250,13 +250,6 @@ def _end_file(format: str, schema: Schema, csv_header: bool) -> bytes:
     buffer = io.BytesIO()
     pq.write_table(row, buffer)
     return buffer.getvalue()
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    hidden = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(hidden, "wb") as out:
-        out.write(data)
-    os.replace(hidden, path)
 
 
 def files_taken(checkpoint: str) -> set[str]:

@@ -40,7 +40,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from headrace.code_locations import ship_class_by_value
-from headrace.connectors.base import mark_exhausted, stop_requested
+from headrace.connectors.base import mark_exhausted, stop_requested, write_atomically
 from headrace.contract import (
     CONTROL_COLUMN,
     FLUSH_TIME_MS,
@@ -72,22 +72,6 @@ def spout_folder(run_dir: str, spout: str) -> str:
     return os.path.join(run_dir or ".", "spouts", spout)
 
 
-def _write_atomically(path: str, data: bytes) -> None:
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    temporary = os.path.join(folder, f".{os.path.basename(path)}.tmp")
-    with open(temporary, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def record_failures(run_dir: str, window: int, roots: set[tuple[str, int]]) -> None:
     """The spout tuples bolts failed in window ``window``, one file per spout (the same again
     when the window is replayed); read by the spout's ``commit``."""
@@ -96,7 +80,7 @@ def record_failures(run_dir: str, window: int, roots: set[tuple[str, int]]) -> N
         by_spout.setdefault(spout, []).append(int(seq))
     for spout, seqs in by_spout.items():
         path = os.path.join(spout_folder(run_dir, spout), FAILED, f"{window}.json")
-        _write_atomically(path, json.dumps(sorted(seqs)).encode())
+        write_atomically(path, json.dumps(sorted(seqs)).encode())
 
 
 class TupleSpool:
@@ -119,7 +103,7 @@ class TupleSpool:
 
     def write(self, tuples: list[SpooledTuple], version: int, states: list[bytes]) -> None:
         name = f"{tuples[0][0]:020d}-{tuples[-1][0]:020d}.pickle"
-        _write_atomically(os.path.join(self.folder, name),
+        write_atomically(os.path.join(self.folder, name),
                           cloudpickle.dumps({"version": version, "tuples": tuples, "states": states}))
 
     def read(self, after: int, upto: int) -> list[SpooledTuple]:
@@ -154,7 +138,7 @@ class TupleSpool:
 
     def commit(self, upto: int, version: int, last: int, states: list[bytes]) -> None:
         """Save the tasks' state after the acks of the tuples up to ``upto``, then drop them."""
-        _write_atomically(os.path.join(self.folder, STATE),
+        write_atomically(os.path.join(self.folder, STATE),
                           cloudpickle.dumps({"version": version, "last": last, "states": states}))
         for _first, end, name in self.files():
             if end <= upto:
@@ -222,7 +206,7 @@ class SpoutSource(SourceConnector):
     def prepare(self, context: SourceContext) -> None:
         """Before Spark starts: the spout as the user built it, for the reader to start from."""
         ship_class_by_value(type(self.spout))
-        _write_atomically(os.path.join(spout_folder(context.run_dir, context.source_name), TEMPLATE),
+        write_atomically(os.path.join(spout_folder(context.run_dir, context.source_name), TEMPLATE),
                           cloudpickle.dumps(self.spout))
 
 
