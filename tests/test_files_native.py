@@ -213,3 +213,58 @@ def test_an_unknown_reader_or_a_path_spark_reads_as_a_pattern_is_refused(tmp_pat
                                         r"it with reader='python'"):
         hr.sources.Files(str(tmp_path / "in{x}"), schema="a long")
     assert hr.sources.Files(tmp_path / "in{x}", schema="a long", reader="python").reader == "python"
+
+
+def test_files_logged_for_a_batch_never_planned_go_into_batches_of_their_own(spark: Any, tmp_path: Path) -> None:
+    """A driver killed after Spark logged a batch's files but before it planned the batch leaves
+    them in the source's log; the next batch would take them with the files listed then, past
+    ``max_files_per_batch``. The log written here is the one Spark writes at that moment."""
+    clicks = write_clicks(tmp_path / "in", files=2, per_file=10)
+    state = tmp_path / "state"
+
+    def pipeline() -> tuple[hr.Pipeline, TestSink]:
+        p, out = hr.Pipeline("native_unplanned"), TestSink()
+        p.source("clicks", hr.sources.Files(tmp_path / "in", schema="user string, ts timestamp",
+                                            max_files_per_batch=1)).sink("out", out)
+        return p, out
+
+    p, first = pipeline()
+    run_until_idle(p, str(state))
+    more = write_clicks(tmp_path / "more", files=4, per_file=11)[22:]  # files 2 and 3, newer than those in "in"
+    for f in (2, 3):
+        (tmp_path / "more" / f"part-{f:03d}.jsonl").rename(tmp_path / "in" / f"part-{f:03d}.jsonl")
+    log = state / "native_unplanned" / "checkpoint" / "sources" / "0"
+    entry = {"path": (tmp_path / "in" / "part-002.jsonl").as_uri(), "timestamp": 1_700_000_002_000, "batchId": 2}
+    (log / "2").write_text("v1\n" + json.dumps(entry))
+    p, second = pipeline()
+    result = run_until_idle(p, str(state))
+
+    assert [n for n in (report["numInputRows"] for report in result.progress) if n] == [11, 11]
+    assert len(first.rows()) + len(second.rows()) == len(clicks) + len(more)
+
+
+def test_forgetting_unplanned_files_keeps_what_a_planned_batch_reads(tmp_path: Path) -> None:
+    """A compacted log (every tenth batch's) keeps its earlier batches' files; another kind of
+    source's log and Hadoop's checksum of a kept log are left alone."""
+    from headrace.connectors.files_native import files_taken, forget_unplanned
+
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "8").write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":8}\n{"topic":{"0":5}}')
+    files, kafka = checkpoint / "sources" / "0", checkpoint / "sources" / "1"
+    files.mkdir(parents=True)
+    kafka.mkdir(parents=True)
+    entries = [json.dumps({"path": f"file:///in/{b}.jsonl", "timestamp": b, "batchId": b}) for b in range(10)]
+    (files / "8").write_text("v1\n" + entries[8])
+    (files / ".8.crc").write_bytes(b"kept")
+    (files / "9.compact").write_text("v1\n" + "\n".join(entries))
+    (files / ".9.compact.crc").write_bytes(b"stale")
+    (kafka / "0").write_text('v1\n{"topic":{"0":0}}')
+    (kafka / "9").write_text('v1\n{"topic":{"0":9}}')
+
+    forget_unplanned(str(checkpoint))
+
+    assert files_taken(str(checkpoint)) == {f"/in/{b}.jsonl" for b in range(9)}
+    assert (files / "9.compact").read_text() == "v1\n" + "\n".join(entries[:9])
+    assert sorted(os.listdir(files)) == [".8.crc", "8", "9.compact"]
+    assert sorted(os.listdir(kafka)) == ["0", "9"]

@@ -124,6 +124,8 @@ def read_stream(spark: Any, context: SourceContext, path: str, format: str, sche
 
     source = context.source_name
     parsed = format != "parquet"
+    if context.checkpoint and not is_remote(context.checkpoint):
+        forget_unplanned(_local(context.checkpoint))
     flush = bounded and context.control_read  # the end file's flush row, when a step reads it
     end = _prepare_end(context, path, flush) if bounded else ""
     reader = spark.readStream.schema(_read_schema(schema, parsed, flush)).option("maxFileAge", KEEP_EVERY_FILE)
@@ -275,3 +277,69 @@ def _logged_paths(log: str) -> Iterator[str]:
                 yield unquote(urlparse(json.loads(line)["path"]).path)
             except (ValueError, KeyError, TypeError):
                 continue
+
+
+# ----------------------------------------------------------------------------------------------
+# Files Spark logged for a micro-batch it never planned.
+
+
+def forget_unplanned(checkpoint: str) -> None:
+    """Take out of the file sources' logs the files of a micro-batch that no offset log entry
+    names: a driver killed between the two writes left them. Spark would otherwise put them in
+    the next micro-batch beside the files it lists then, past ``maxFilesPerTrigger``. A delta
+    log is removed; a compacted one (every tenth, holding the earlier batches' files too) loses
+    those entries only."""
+    logs = os.path.join(checkpoint, "sources")
+    if not os.path.isdir(logs):
+        return
+    planned = _planned_log_offsets(checkpoint)
+    for source in os.scandir(logs):
+        if source.is_dir() and source.name.isdigit():
+            _forget_after(source.path, planned.get(int(source.name), -1))
+
+
+def _planned_log_offsets(checkpoint: str) -> dict[int, int]:
+    """Each file source's log offset in the latest entry of the query's offset log, by source index."""
+    offsets = os.path.join(checkpoint, "offsets")
+    batches = [int(n) for n in os.listdir(offsets) if n.isdigit()] if os.path.isdir(offsets) else []
+    if not batches:
+        return {}
+    with open(os.path.join(offsets, str(max(batches))), encoding="utf-8") as log:
+        lines = log.read().splitlines()[2:]  # after the version and the batch's metadata
+    found = {}
+    for index, line in enumerate(lines):
+        try:
+            offset = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(offset, dict) and set(offset) == {"logOffset"} and isinstance(offset["logOffset"], int):
+            found[index] = offset["logOffset"]
+    return found
+
+
+def _forget_after(log_folder: str, planned: int) -> None:
+    for name in os.listdir(log_folder):
+        batch = name.removesuffix(".compact")
+        if not batch.isdigit() or int(batch) <= planned:
+            continue
+        path = os.path.join(log_folder, name)
+        with open(path, encoding="utf-8") as log:
+            version, *entries = log.read().splitlines()
+        if version != "v1" or not all(_is_file_entry(e) for e in entries):
+            continue  # another kind of source's log
+        kept = [e for e in entries if json.loads(e)["batchId"] <= planned]
+        checksum = os.path.join(log_folder, f".{name}.crc")  # Hadoop's checksum of the old content
+        if os.path.exists(checksum):
+            os.remove(checksum)
+        if name.endswith(".compact"):
+            write_atomically(path, "\n".join([version, *kept]).encode())
+        else:
+            os.remove(path)
+
+
+def _is_file_entry(line: str) -> bool:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and {"path", "batchId"} <= set(entry)
