@@ -138,9 +138,7 @@ QUERIES: dict[str, Query] = {
     "q7": Query(reference.q7, by_hand.q7, in_headrace.q7, ("auction", "price", "bidder", "dateTime", "extra")),
     "q8": Query(reference.q8, by_hand.q8, in_headrace.q8, ("id", "name", "starttime")),
     "q9": Query(reference.q9, by_hand.q9, in_headrace.q9,
-                (*AUCTION_FIELDS, "auction", "bidder", "price", "bid_dateTime", "bid_extra"),
-                waits_on="a top N after a join of two streams (update mode after a join), bounded by a column "
-                         "other than the event time (expires)"),
+                (*AUCTION_FIELDS, "auction", "bidder", "price", "bid_dateTime", "bid_extra")),
     "q10": Query(reference.q10, by_hand.q10, in_headrace.q10, (*PASSED_ON, "dt", "hm"), files=True),
     "q11": Query(reference.q11, by_hand.q11, in_headrace.q11, ("bidder", "bid_count", "starttime", "endtime")),
     "q12": Query(reference.q12, by_hand.q12, in_headrace.q12, ("bidder", "bid_count", "starttime", "endtime"),

@@ -188,6 +188,59 @@ def test_a_join_chained_into_a_window_restarts_from_its_checkpoint_with_the_same
     assert per_seller_rows(sink_sql_after) == model_per_seller()
 
 
+# An auction's event time is its end: grouped by it after the join, each auction's result is final,
+# and emitted once, when the watermark passes the end. An auction lasts at most 30 s. Every record
+# is on time (the watermark before batch 1 is 8 s, before batch 2 25 s); the bid at 25 s for
+# auction 1 comes after it ended, and matches nothing.
+ENDING = {"id": "long", "at": "long", "ends": "long"}
+ENDING_AUCTIONS = [[{"id": 1, "at": 0, "ends": 20 * S}, {"id": 2, "at": 2 * S, "ends": 30 * S}],
+                   [{"id": 3, "at": 12 * S, "ends": 40 * S}], [{"id": 4, "at": 35 * S, "ends": 60 * S}]]
+BIDS_TO_THE_END = [[{"auction": 1, "price": 10, "bt": 5 * S}, {"auction": 2, "price": 15, "bt": 6 * S},
+                    {"auction": 1, "price": 12, "bt": 8 * S}],
+                   [{"auction": 1, "price": 11, "bt": 15 * S}, {"auction": 2, "price": 25, "bt": 18 * S},
+                    {"auction": 3, "price": 30, "bt": 19 * S}, {"auction": 1, "price": 99, "bt": 25 * S}],
+                   [{"auction": 3, "price": 33, "bt": 38 * S}, {"auction": 4, "price": 40, "bt": 45 * S},
+                    {"auction": 2, "price": 26, "bt": 29 * S}]]
+
+
+def model_winners() -> Counter[tuple[Any, ...]]:
+    """Each auction, its end, its highest bid's price and time, and how many bids it had."""
+    bids = [b for batch in BIDS_TO_THE_END for b in batch]
+    rows: Counter[tuple[Any, ...]] = Counter()
+    for a in (a for batch in ENDING_AUCTIONS for a in batch):
+        during = [b for b in bids if b["auction"] == a["id"] and a["at"] <= b["bt"] <= a["ends"]]
+        if during:
+            best = max(during, key=lambda b: b["price"])
+            rows[(a["id"], a["ends"], best["price"], best["bt"], len(during))] += 1
+    return rows
+
+
+def test_a_join_grouped_by_an_event_time_emits_each_group_once_when_it_has_ended(spark, tmp_path):
+    """The top bid per auction (ROW_NUMBER over a comma join, as NEXMark's q9 is written) and an
+    aggregate per auction (GROUP BY after JOIN ... ON), both partitioned by the auctions' event time."""
+    p = hr.Pipeline("joins_until_the_end")
+    p.source("bids", TestSource(BIDS_TO_THE_END, schema=BID), event_time="bt")
+    p.source("auctions", TestSource(ENDING_AUCTIONS, schema=ENDING), event_time="ends")
+    bound = "b.bt BETWEEN timestamp_millis(a.at) AND a.ends AND a.ends <= b.bt + INTERVAL 30 SECONDS"
+    top, totals = TestSink(), TestSink()
+    p.sql(f"""SELECT id, ends, price, bt FROM (
+                SELECT a.id, a.ends, b.price, b.bt,
+                       ROW_NUMBER() OVER (PARTITION BY a.id, a.ends ORDER BY b.price DESC, b.bt) AS rank
+                  FROM auctions a, bids b WHERE a.id = b.auction AND {bound}) WHERE rank <= 1""",
+          name="winning_bids").sink("top", top)
+    p.sql(f"""SELECT a.id, a.ends, max(b.price) AS best, count(*) AS bids
+                FROM auctions a JOIN bids b ON a.id = b.auction AND {bound} GROUP BY a.id, a.ends""",
+          name="per_auction").sink("totals", totals)
+    result = PipelineRun(p, state_dir=str(tmp_path), progress="quiet").start().wait(until_exhausted=True)
+
+    assert result.late_rows_dropped == 0
+    expected = model_winners()
+    assert Counter((r["id"], millis(r["ends"]), r["price"], millis(r["bt"]), None) for r in top.rows()) == Counter(
+        {(*row[:4], None): n for row, n in expected.items()})
+    by_auction = Counter((r["id"], millis(r["ends"]), r["best"], r["bids"]) for r in totals.rows())
+    assert by_auction == Counter({(i, ends, best, bids): n for (i, ends, best, _, bids), n in expected.items()})
+
+
 # -- refused as the pipeline is built ------------------------------------------------------------------
 
 def refusal(build: Callable[[hr.Pipeline, hr.Stream, hr.Stream], Any]) -> str:

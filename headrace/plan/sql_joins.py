@@ -71,6 +71,18 @@ def _bounds(condition: exp.Expr, side: StreamSide, sides: list[StreamSide]) -> t
     return below, above
 
 
+def _join_condition(join: exp.Join) -> exp.Expr | None:
+    """What bounds a join: its ON clause, and for an inner join (``JOIN``, ``INNER JOIN`` or a comma)
+    the WHERE of its query too, which Spark moves into the join's condition."""
+    parts = [join.args.get("on")]
+    if not join.side and join.kind in ("", "INNER", "CROSS"):  # a comma is a CROSS join to sqlglot
+        select = join.find_ancestor(exp.Select)
+        where = select.args.get("where") if select is not None else None
+        parts.append(where.this if where is not None else None)
+    present = [part for part in parts if part is not None]
+    return exp.and_(*present) if present else None
+
+
 def check_joins_bounded(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
     """Raise ``Unbounded`` for a stream joined without a bound on its event time from below and
     above by another stream's in the ON clause. ``sides``: each stream by the name the query
@@ -81,7 +93,7 @@ def check_joins_bounded(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
         if not isinstance(joined, exp.Table) or joined.alias_or_name not in sides:
             continue
         side = sides[joined.alias_or_name]
-        condition = join.args.get("on")
+        condition = _join_condition(join)
         below, above = _bounds(condition, side, all_sides) if condition is not None else (False, False)
         if below and above:
             continue

@@ -285,17 +285,32 @@ def _joined_shape(query: str, tree: exp.Expr, shape: str, streams: dict[str, Any
             raise _Refused(f"the query joins streams, and stream {name!r} ({node.name!r}) has no event time: Spark "
                            "keeps a join's records until the watermark shows no match can come; declare it with "
                            ".with_event_time('field', max_out_of_orderness) (or event_time= on the source)")
-    if shape in (AGGREGATE, DISTINCT):
+    sides = {name: StreamSide(name, str(node.event_time)) for name, node in streams.items()}
+    if shape in (AGGREGATE, DISTINCT) and not (shape == AGGREGATE and _grouped_by_event_time(tree, sides)):
         what = "DISTINCT" if shape == DISTINCT else "an aggregate without a window (update mode)"
         raise _Refused(f"{what} cannot follow a join of streams in one query: Spark runs a stream-stream join in "
-                       "append mode only; group by window(...) on an event time, or sink the join and aggregate "
-                       "in another pipeline", _keyword_position(query, "DISTINCT", "GROUP BY"))
-    sides = {name: StreamSide(name, str(node.event_time)) for name, node in streams.items()}
+                       "append mode only; group by window(...) or by a stream's event-time field (each group "
+                       "is emitted once, when the watermark passes it), or sink the join and aggregate in "
+                       "another pipeline", _keyword_position(query, "DISTINCT", "GROUP BY"))
     try:
         check_joins_bounded(tree, sides)
     except Unbounded as unbounded:
         raise _Refused(unbounded.message, _position(query, unbounded.node)) from None
     return JOINED
+
+
+def _grouped_by_event_time(tree: exp.Expr, sides: dict[str, StreamSide]) -> bool:
+    """Whether the query's aggregate (its GROUP BY, or its top N's PARTITION BY) groups by the
+    event-time field of one of the joined streams, named with the stream's name in the query:
+    Spark then closes each group when the watermark passes it, and emits it once (append mode)."""
+    top = find_top_n(tree)
+    if top is not None:
+        keys = list(top.over.args["partition_by"])
+    else:
+        group = next((s.args["group"] for s in tree.find_all(exp.Select) if s.args.get("group")), None)
+        keys = list(group.expressions) if group is not None else []
+    return any(isinstance(key, exp.Column) and key.table in sides and key.name == sides[key.table].event_time
+               for key in keys)
 
 
 def _check_updates_are_exact(query: str, select: exp.Select) -> None:
@@ -433,6 +448,20 @@ def top_n_as_aggregate_query(query: str, types: dict[str, str]) -> str:
     if top is None or not isinstance(tree, exp.Select):
         return query
     return top_n_as_aggregate(tree, top, _SparkSql, types)
+
+
+@functools.lru_cache(maxsize=256)
+def cross_joins_as_inner(query: str) -> str:
+    """``query`` with each CROSS join (``FROM a, b`` too) an INNER join without a condition: Spark moves
+    the WHERE into an inner join's condition, but runs no cross join of two streams. Unchanged when
+    it has none."""
+    tree = parse(query, "", "")
+    crossed = [join for join in tree.find_all(exp.Join) if join.kind == "CROSS"]
+    if not crossed:
+        return query
+    for join in crossed:
+        join.set("kind", "INNER")
+    return tree.sql(dialect=_SparkSql)
 
 
 @functools.lru_cache(maxsize=256)

@@ -29,10 +29,11 @@ from pyspark.sql.types import StructType, TimestampType
 from headrace.contract import CONTROL_COLUMN
 from headrace.errors import PlanError
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import DISTINCT, SQL_OUTPUT_MODES, SqlNode
+from headrace.plan.nodes import DISTINCT, JOINED, SQL_OUTPUT_MODES, SqlNode
 from headrace.plan.sql_query import (
     Position,
     Rewritten,
+    cross_joins_as_inner,
     exact_distinct_counts,
     query_error,
     restore_names,
@@ -89,6 +90,8 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
         inputs.append(df)
     in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
     query = exact_distinct_counts(without_distinct(node.query) if node.shape == DISTINCT else node.query)
+    if node.shape == JOINED:
+        query = cross_joins_as_inner(query)
     query = top_n_as_aggregate_query(query, _column_types(inputs))
     rewritten = rewrite(query, in_query)
     try:
