@@ -60,15 +60,53 @@ def q3(p: hr.Pipeline, src: Sources) -> hr.Stream:
                       WHERE A.category = 10 AND (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')""")
 
 
-def q4(p: hr.Pipeline, src: Sources) -> hr.Stream:
-    src.read(p, "auction", event_time=True)
+def winning_bids(p: hr.Pipeline, src: Sources, columns: str) -> hr.Stream:
+    """Each auction's winning bid (highest price, earliest of equal ones) once the auction has ended, as q9
+    finds it: ``columns`` of the auction (``A``) and the bid (``B``)."""
+    src.read(p, "auction", event_time="expires")
     src.read(p, "bid", event_time=True)
-    return p.sql("""SELECT Q.category, AVG(Q.final) AS avg_final
-                      FROM (SELECT MAX(B.price) AS final, A.category
-                              FROM auction A, bid B
-                             WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires
-                             GROUP BY A.id, A.category) Q
-                     GROUP BY Q.category""")
+    return p.sql(f"""SELECT {columns.replace("A.", "").replace("B.", "bid_")} FROM (
+                       SELECT {", ".join(f"{c} AS {c.replace('A.', '').replace('B.', 'bid_')}"
+                                         for c in columns.split(", "))},
+                              ROW_NUMBER() OVER (PARTITION BY A.id, A.expires ORDER BY B.price DESC, B.dateTime ASC)
+                              AS rownum
+                         FROM auction A, bid B
+                        WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires
+                          AND A.expires <= B.dateTime + INTERVAL {longest_auction_ms(src.config)} MILLISECONDS)
+                      WHERE rownum <= 1""", name="winning_bids")
+
+
+def after_this_batch(ctx: Any) -> int:
+    """A time the watermark passes only in a later micro-batch: a timer there fires once every record of
+    this batch has been handled (a timer at or behind the watermark would fire right after the record)."""
+    return (ctx.watermark or 0) + 1
+
+
+class RunningAverage(hr.KeyedProcessFunction):
+    """Per category, the average of its auctions' final prices so far, emitted once for each micro-batch
+    that adds to it, when the next one starts (one timer pending at a time)."""
+
+    totals = hr.ValueState(default=(0, 0))
+    pending = hr.ValueState(default=None)
+
+    def process(self, record, ctx):
+        total, count = self.totals.get()
+        self.totals.set((total + record["bid_price"], count + 1))
+        if self.pending.get() is not None:
+            ctx.delete_event_time_timer(self.pending.get())
+        self.pending.set(after_this_batch(ctx))
+        ctx.register_event_time_timer(self.pending.get())
+
+    def on_timer(self, timer, ctx):
+        self.pending.clear()
+        total, count = self.totals.get()
+        ctx.emit({"category": ctx.key, "avg_final": total / count})
+
+
+def q4(p: hr.Pipeline, src: Sources) -> hr.Stream:
+    """The winning bids as q9, then a running average per category: the published SQL's outer GROUP BY."""
+    winners = winning_bids(p, src, "A.id, A.expires, A.category, B.price")
+    return winners.key_by("category").process(RunningAverage(), schema={"category": "long", "avg_final": "double"})
 
 
 def hottest(key: Any, bounds: tuple[int, int], counts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -87,16 +125,31 @@ def q5(p: hr.Pipeline, src: Sources) -> hr.Stream:
             .select("auction", "num"))
 
 
+class LastElevenAverage(hr.KeyedProcessFunction):
+    """Per seller, the average price of its last 11 auctions (ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) in
+    the order they end (then by id), one row per auction. A micro-batch's winners come in any order, each
+    ended after every winner of the batches before, so they wait for the next batch and go in sorted."""
+
+    waiting = hr.ListState()
+    last = hr.ValueState(default=())
+
+    def process(self, record, ctx):
+        self.waiting.append((ctx.timestamp, record["id"], record["bid_price"]))
+        ctx.register_event_time_timer(after_this_batch(ctx))
+
+    def on_timer(self, timer, ctx):
+        last = list(self.last.get())
+        for _, _, price in sorted(self.waiting.get()):
+            last = [*last, price][-11:]
+            ctx.emit({"seller": ctx.key, "avg_price": sum(last) / len(last)})
+        self.last.set(tuple(last))
+        self.waiting.clear()
+
+
 def q6(p: hr.Pipeline, src: Sources) -> hr.Stream:
-    src.read(p, "auction", event_time=True)
-    src.read(p, "bid", event_time=True)
-    return p.sql("""SELECT Q.seller, AVG(Q.price) OVER (PARTITION BY Q.seller ORDER BY Q.expires, Q.id
-                                                        ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg_price
-                      FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY id ORDER BY price DESC, bid_time ASC) AS rownum
-                              FROM (SELECT A.id, A.seller, A.expires, B.price, B.dateTime AS bid_time
-                                      FROM auction AS A, bid AS B
-                                     WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires))
-                     WHERE rownum <= 1""")
+    """The winning bids as q9, then per seller the average of the last 11 (the published SQL's AVG OVER)."""
+    winners = winning_bids(p, src, "A.id, A.expires, A.seller, B.price")
+    return winners.key_by("seller").process(LastElevenAverage(), schema={"seller": "long", "avg_price": "double"})
 
 
 BID_RESULT = {"auction": "long", "price": "long", "bidder": "long", "dateTime": "timestamp", "extra": "string"}

@@ -49,6 +49,9 @@ REPEAT_METRIC_PREFIX = "hr_repeat_"  # + source: rows Spark counted again, the q
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
 # 9999-12-31: raises the watermark past every real window at the end of a bounded input.
 FLUSH_TIME_MS = 253_402_214_400_000
+# A watermark past this (the year 5984) is the end of a bounded input: Spark holds a stream-stream
+# join's output watermark back by the join's bound in event time, so a step after it sees less.
+END_OF_INPUT_MS = FLUSH_TIME_MS // 2
 FLUSHED = "flushed"  # the offset key of a source whose flush row has been handed out
 
 

@@ -122,6 +122,7 @@ class Engine(Protocol):
     fn: KeyedProcessFunction
     has_event_time: bool
     ended: bool  # the watermark reached the end of a bounded input
+    firing: bool  # on_timer is running
 
     def emit(self, record: Any, timestamp: int | None) -> None: ...
 
@@ -173,7 +174,7 @@ class Context:
                 raise StateUsageError("an event-time timer needs event time, and this stream has none: declare it "
                                       "with .with_event_time('field', max_out_of_orderness) before key_by, or use "
                                       "a processing-time timer")
-            if engine.ended:
-                return  # the input has ended: no watermark will come to fire it
+            if engine.ended and engine.firing:
+                return  # the input has ended: the timers that fire at its end register none that would fire
         # A timer at or behind its clock fires at once, after the record being handled (as in Flink).
         engine.add_timer(self.key, domain, _millis(when, call))

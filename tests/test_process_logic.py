@@ -142,6 +142,32 @@ def test_at_the_end_of_input_pending_timers_fire_once_and_new_ones_are_discarded
     assert state.timers == {}
 
 
+class Batched(hr.KeyedProcessFunction):
+    """Holds a micro-batch's records for the timer the next watermark passes, then emits them in order."""
+
+    waiting = hr.ListState()
+
+    def process(self, record: dict[str, Any], ctx: hr.Context) -> None:
+        self.waiting.append(record["n"])
+        ctx.register_event_time_timer((ctx.watermark or 0) + 1)
+
+    def on_timer(self, timer: hr.Timer, ctx: hr.Context) -> None:
+        ctx.emit({"key": ctx.key, "what": ",".join(map(str, sorted(self.waiting.get()))), "n": timer.time})
+        self.waiting.clear()
+        ctx.register_event_time_timer(timer.time + 1)  # at the end: discarded, nothing follows
+
+
+def test_at_the_end_of_input_the_last_records_come_before_every_timer_theirs_too():
+    """Records that arrive with the end (a chained step's results, released by it) are handled first;
+    then every timer fires, those the records registered as well, once."""
+    lg, state = logic(Batched()), ProcessState()
+    assert feed(lg, state, [("a", 900, {"n": 3}), ("a", 800, {"n": 1})], watermark=1_000) == []
+    end = 253_402_214_400_000 - 30_000  # after a join, Spark holds the end back by the join's bound
+    assert feed(lg, state, [("a", 5_000, {"n": 2}), ("b", 6_000, {"n": 9})], watermark=end, ended=True) == [
+        ("a", "1,2,3", 1_001), ("a", "", end + 1), ("b", "9", end + 1)]
+    assert state.timers == {}
+
+
 # -- mistakes, caught with a message that names the step, the function, the key and the record --
 
 def fails(fn: hr.KeyedProcessFunction, message: str, *, event_time: bool = True, watermark: int | None = None,

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import datetime
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pyspark import cloudpickle
 
 import headrace as hr
 from headrace.errors import PlanError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource, run_to_completion
 
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the process function below reaches Spark's workers
 S = 1_000
 BID = {"auction": "long", "price": "long", "bt": "long"}
 AUCTION = {"id": "long", "seller": "string", "at": "long"}
@@ -192,15 +195,47 @@ def test_a_join_chained_into_a_window_restarts_from_its_checkpoint_with_the_same
 # and emitted once, when the watermark passes the end. An auction lasts at most 30 s. Every record
 # is on time (the watermark before batch 1 is 8 s, before batch 2 25 s); the bid at 25 s for
 # auction 1 comes after it ended, and matches nothing.
-ENDING = {"id": "long", "at": "long", "ends": "long"}
-ENDING_AUCTIONS = [[{"id": 1, "at": 0, "ends": 20 * S}, {"id": 2, "at": 2 * S, "ends": 30 * S}],
-                   [{"id": 3, "at": 12 * S, "ends": 40 * S}], [{"id": 4, "at": 35 * S, "ends": 60 * S}]]
+ENDING = {"id": "long", "seller": "long", "at": "long", "ends": "long"}
+ENDING_AUCTIONS = [[{"id": 1, "seller": 7, "at": 0, "ends": 20 * S},
+                    {"id": 2, "seller": 8, "at": 2 * S, "ends": 30 * S}],
+                   [{"id": 3, "seller": 7, "at": 12 * S, "ends": 40 * S}],
+                   [{"id": 4, "seller": 7, "at": 35 * S, "ends": 60 * S}]]
 BIDS_TO_THE_END = [[{"auction": 1, "price": 10, "bt": 5 * S}, {"auction": 2, "price": 15, "bt": 6 * S},
                     {"auction": 1, "price": 12, "bt": 8 * S}],
                    [{"auction": 1, "price": 11, "bt": 15 * S}, {"auction": 2, "price": 25, "bt": 18 * S},
                     {"auction": 3, "price": 30, "bt": 19 * S}, {"auction": 1, "price": 99, "bt": 25 * S}],
                    [{"auction": 3, "price": 33, "bt": 38 * S}, {"auction": 4, "price": 40, "bt": 45 * S},
                     {"auction": 2, "price": 26, "bt": 29 * S}]]
+
+
+class SalesSoFar(hr.KeyedProcessFunction):
+    """Per seller (a long), each sale with the seller's total so far, in the order the auctions end. A
+    micro-batch's results come in any order, each ended after those of the batches before, so they wait
+    for the timer the next batch's watermark passes (at the end of the input: for the last records)."""
+
+    waiting = hr.ListState()
+    total = hr.ValueState(default=0)
+
+    def process(self, record, ctx):
+        self.waiting.append((ctx.timestamp, record["id"], record["price"]))
+        ctx.register_event_time_timer((ctx.watermark or 0) + 1)
+
+    def on_timer(self, timer, ctx):
+        assert isinstance(ctx.key, int), ctx.key  # not the decimal an integer key travels in
+        for _, auction, price in sorted(self.waiting.get()):
+            self.total.set(self.total.get() + price)
+            ctx.emit({"seller": ctx.key, "auction": auction, "so_far": self.total.get()})
+        self.waiting.clear()
+
+
+def model_sales_so_far() -> list[tuple[int, int, int]]:
+    sellers = {a["id"]: a["seller"] for batch in ENDING_AUCTIONS for a in batch}
+    totals: Counter[int] = Counter()
+    rows = []
+    for auction, _, best, _, _ in sorted(model_winners(), key=lambda row: (row[1], row[0])):
+        totals[sellers[auction]] += best
+        rows.append((sellers[auction], auction, totals[sellers[auction]]))
+    return sorted(rows)
 
 
 def model_winners() -> Counter[tuple[Any, ...]]:
@@ -216,18 +251,23 @@ def model_winners() -> Counter[tuple[Any, ...]]:
 
 
 def test_a_join_grouped_by_an_event_time_emits_each_group_once_when_it_has_ended(spark, tmp_path):
-    """The top bid per auction (ROW_NUMBER over a comma join, as NEXMark's q9 is written) and an
-    aggregate per auction (GROUP BY after JOIN ... ON), both partitioned by the auctions' event time."""
+    """The top bid per auction (ROW_NUMBER over a comma join, as NEXMark's q9 is written), then a process
+    step over those results, and an aggregate per auction (GROUP BY after JOIN ... ON), all partitioned by
+    the auctions' event time, in one query."""
     p = hr.Pipeline("joins_until_the_end")
     p.source("bids", TestSource(BIDS_TO_THE_END, schema=BID), event_time="bt")
     p.source("auctions", TestSource(ENDING_AUCTIONS, schema=ENDING), event_time="ends")
     bound = "b.bt BETWEEN timestamp_millis(a.at) AND a.ends AND a.ends <= b.bt + INTERVAL 30 SECONDS"
     top, totals = TestSink(), TestSink()
-    p.sql(f"""SELECT id, ends, price, bt FROM (
-                SELECT a.id, a.ends, b.price, b.bt,
+    winners = p.sql(f"""SELECT id, seller, ends, price, bt FROM (
+                SELECT a.id, a.seller, a.ends, b.price, b.bt,
                        ROW_NUMBER() OVER (PARTITION BY a.id, a.ends ORDER BY b.price DESC, b.bt) AS rank
                   FROM auctions a, bids b WHERE a.id = b.auction AND {bound}) WHERE rank <= 1""",
-          name="winning_bids").sink("top", top)
+          name="winning_bids")
+    winners.sink("top", top)
+    sales = TestSink()  # the results go on to a process step in the same query, each at its auction's end
+    winners.key_by("seller").process(SalesSoFar(), schema={"seller": "long", "auction": "long", "so_far": "long"},
+                                     name="sales_so_far").sink("sales", sales)
     p.sql(f"""SELECT a.id, a.ends, max(b.price) AS best, count(*) AS bids
                 FROM auctions a JOIN bids b ON a.id = b.auction AND {bound} GROUP BY a.id, a.ends""",
           name="per_auction").sink("totals", totals)
@@ -239,6 +279,7 @@ def test_a_join_grouped_by_an_event_time_emits_each_group_once_when_it_has_ended
         {(*row[:4], None): n for row, n in expected.items()})
     by_auction = Counter((r["id"], millis(r["ends"]), r["best"], r["bids"]) for r in totals.rows())
     assert by_auction == Counter({(i, ends, best, bids): n for (i, ends, best, _, bids), n in expected.items()})
+    assert sorted((r["seller"], r["auction"], r["so_far"]) for r in sales.rows()) == model_sales_so_far()
 
 
 # -- refused as the pipeline is built ------------------------------------------------------------------

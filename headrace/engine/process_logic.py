@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import heapq
+import math
 import numbers
 import reprlib
 import typing
@@ -62,6 +63,7 @@ class ProcessLogic:
         self.ctx = Context(self)
         self.out: list[tuple[Any, ...]] = []
         self.ended = False  # the watermark reached the end of a bounded input
+        self.firing = False  # on_timer is running
         self.opened = False
         self.state: ProcessState | None = None  # the instance being run
 
@@ -81,12 +83,16 @@ class ProcessLogic:
         self.ended = ended
         if now >= state.next_expiry:
             self._sweep(state, now)
-        self._fire_due(state, watermark, now)
+        if not ended:  # at the end, the last records (an earlier step's, released by the end) come first
+            self._fire_due(state, watermark, now)
         process = self.fn.process
         for key, timestamp, record in records:
             ctx.key, ctx.timestamp = key, timestamp
             self._call(state, key, lambda record=record: process(record, ctx), "process", record)
-            self._fire_due(state, watermark, now)  # timers the record registered at or behind the clocks
+            if not ended:
+                self._fire_due(state, watermark, now)  # timers the record registered at or behind the clocks
+        if ended:  # then every timer, those the records registered too
+            self._fire_due(state, watermark, now)
         return self.out
 
     # -- what the Context calls (headrace.process.Engine) -----------------------------------------
@@ -126,7 +132,8 @@ class ProcessLogic:
         return None
 
     def _fire_due(self, state: ProcessState, watermark: int | None, now: int) -> None:
-        for domain, clock in ((PROCESSING_TIME, now), (EVENT_TIME, watermark)):
+        # once the input has ended the watermark is past every time: a timer a record registers then fires too
+        for domain, clock in ((PROCESSING_TIME, now), (EVENT_TIME, math.inf if self.ended else watermark)):
             if clock is None:
                 continue
             heap = state.heaps[domain]
@@ -140,7 +147,11 @@ class ProcessLogic:
                     del state.timers[key]
                 timer = Timer(time, domain)
                 self.ctx.key, self.ctx.timestamp = key, time
-                self._call(state, key, lambda timer=timer: self.fn.on_timer(timer, self.ctx), "on_timer", timer)
+                self.firing = True
+                try:
+                    self._call(state, key, lambda timer=timer: self.fn.on_timer(timer, self.ctx), "on_timer", timer)
+                finally:
+                    self.firing = False
 
     def _call(self, state: ProcessState, key: Any, call: Any, method: str, subject: Any) -> None:
         cells = state.cells.get(key)

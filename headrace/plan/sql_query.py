@@ -286,7 +286,7 @@ def _joined_shape(query: str, tree: exp.Expr, shape: str, streams: dict[str, Any
                            "keeps a join's records until the watermark shows no match can come; declare it with "
                            ".with_event_time('field', max_out_of_orderness) (or event_time= on the source)")
     sides = {name: StreamSide(name, str(node.event_time)) for name, node in streams.items()}
-    if shape in (AGGREGATE, DISTINCT) and not (shape == AGGREGATE and _grouped_by_event_time(tree, sides)):
+    if shape in (AGGREGATE, DISTINCT) and not (shape == AGGREGATE and group_time(tree, sides) is not None):
         what = "DISTINCT" if shape == DISTINCT else "an aggregate without a window (update mode)"
         raise _Refused(f"{what} cannot follow a join of streams in one query: Spark runs a stream-stream join in "
                        "append mode only; group by window(...) or by a stream's event-time field (each group "
@@ -299,18 +299,18 @@ def _joined_shape(query: str, tree: exp.Expr, shape: str, streams: dict[str, Any
     return JOINED
 
 
-def _grouped_by_event_time(tree: exp.Expr, sides: dict[str, StreamSide]) -> bool:
-    """Whether the query's aggregate (its GROUP BY, or its top N's PARTITION BY) groups by the
-    event-time field of one of the joined streams, named with the stream's name in the query:
-    Spark then closes each group when the watermark passes it, and emits it once (append mode)."""
+def group_time(tree: exp.Expr, sides: dict[str, StreamSide]) -> exp.Column | None:
+    """The event-time field of a joined stream that the query's aggregate (its GROUP BY, or its
+    top N's PARTITION BY) groups by, named with the stream's name in the query; or None. Spark
+    closes each group when the watermark passes it, and emits it once (append mode)."""
     top = find_top_n(tree)
     if top is not None:
         keys = list(top.over.args["partition_by"])
     else:
         group = next((s.args["group"] for s in tree.find_all(exp.Select) if s.args.get("group")), None)
         keys = list(group.expressions) if group is not None else []
-    return any(isinstance(key, exp.Column) and key.table in sides and key.name == sides[key.table].event_time
-               for key in keys)
+    return next((key for key in keys if isinstance(key, exp.Column) and key.table in sides
+                 and key.name == sides[key.table].event_time), None)
 
 
 def _check_updates_are_exact(query: str, select: exp.Select) -> None:
@@ -401,6 +401,11 @@ def sql_node(plan: Plan, step: str, where: str, query: Any) -> SqlNode:
     qualifiers = {streams[0].alias or streams[0].name}
     event_time = (stream.event_time if shape == STATELESS and stream.event_time is not None
                   and keeps_column(tree, stream.event_time, qualifiers) else None)
+    if shape == JOINED:  # grouped by a stream's event time: each result at that time, when the outer SELECT keeps it
+        sides = {r.alias or r.name: StreamSide(r.alias or r.name, str(plan.nodes[read[r.name]].event_time))
+                 for r in streams}
+        time = group_time(tree, sides)
+        event_time = time.name if time is not None and keeps_column(tree, time.name, {time.table}) else None
     inputs = tuple(dict.fromkeys(read.values()))
     return SqlNode(step, inputs, where, None, event_time, query=query, shape=shape, reads=tuple(read.items()))
 

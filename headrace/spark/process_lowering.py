@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.code_locations import function_label
-from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS
+from headrace.contract import CONTROL_COLUMN, END_OF_INPUT_MS
 from headrace.engine.process_logic import ProcessLogic, ProcessState, to_watermark
 from headrace.lazy_modules import LazyModule
 from headrace.plan.nodes import RESULT_TIME, KeyedProcessNode
@@ -77,7 +77,8 @@ class KeyedProcessDriver(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[pd.DataFrame]:
         state = self.cell.load() or ProcessState()
         frame = group_frame(rows, self.columns)
-        records, clock = read_group(frame, self.value_fields, self.integers, key_value(key, self.keys), untimed=None)
+        records, clock = read_group(frame, self.value_fields, self.integers, key_value(key, self.keys, self.integers),
+                                     untimed=None)
         batch_time = int(frame[NOW].max())
         if clock is not None and self.test_clock:
             state.clock = max(state.clock, clock)
@@ -95,7 +96,7 @@ class KeyedProcessDriver(StatefulProcessor):
 
     def _run(self, state: ProcessState, records: list[Any], timer_values: Any, batch_time: int) -> pd.DataFrame | None:
         raw_watermark = timer_values.getCurrentWatermarkInMs()
-        watermark, ended = to_watermark(raw_watermark, FLUSH_TIME_MS) if self.event_time else (None, False)
+        watermark, ended = to_watermark(raw_watermark, END_OF_INPUT_MS) if self.event_time else (None, False)
         rows = self.logic.run(state, records, watermark, self._clock(state, timer_values, batch_time), ended)
         upcoming = self.logic.next_timer(state, EVENT_TIME) if self.event_time else None
         forget = not state.cells and not state.timers and not self.test_clock

@@ -117,7 +117,7 @@ def _fold_per_key(df: DataFrame, node: RollingAggregateNode) -> DataFrame:
     def fold_frames(key: Any, accumulated: Any, frames: Iterator[pd.DataFrame]) -> tuple[Any, pd.DataFrame]:
         for record in records_of(group_frame(frames, columns), fields, integers):
             accumulated = fold(accumulated, record)
-        return accumulated, pd.DataFrame([result(key_value(tuple(key), keys), accumulated)], columns=names)
+        return accumulated, pd.DataFrame([result(key_value(tuple(key), keys, integers), accumulated)], columns=names)
 
     grouped = df.groupBy(*[F.col(f"`{k}`") for k in keys])
     if node.ttl_ms is not None:

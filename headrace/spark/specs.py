@@ -150,7 +150,8 @@ def folds_in_python(node: Any) -> bool:
 UPDATES = ("emits updates (Spark's update mode), and Spark runs stateful steps one after another in one query "
            "only in append mode")
 NO_SQL_TIME = ("is an SQL query, and headrace carries the event time of results into and out of fluent steps "
-               "only (an SQL query names no column for it)")
+               "only (an SQL query names no column for it, but for a join grouped by a stream's event time that "
+               "its SELECT keeps)")
 
 
 def _window_feeds(node: Any) -> str | None:
@@ -177,7 +178,9 @@ def _join_follows(node: Any, earlier: Node) -> str | None:
     return "is a join of two streams, which reads records with their own event time"
 
 
-def _sql_feeds(node: Any) -> str:
+def _sql_feeds(node: Any) -> str | None:
+    if node.shape == JOINED and node.event_time is not None:
+        return None  # grouped by a stream's event time: each result at that time (headrace/plan/sql_query.py)
     return UPDATES if SQL_OUTPUT_MODES[node.shape] == "update" else NO_SQL_TIME
 
 
@@ -234,7 +237,8 @@ SQL_SPECS: dict[str, NodeSpec] = {
                     reads_watermark=shape in (WINDOWED, JOINED), pushes_filter=lambda node: True,
                     operators=2 if shape == JOINED else 1,
                     feeds_stage=_sql_feeds, follows_stage=lambda node, earlier: NO_SQL_TIME,
-                    timeless=lambda node: f"it {_sql_feeds(node)}", label="SQL step",
+                    result_time="the event time it is grouped by", timeless=lambda node: f"it {_sql_feeds(node)}",
+                    label="SQL step",
                     appending={DISTINCT: "an SQL query with DISTINCT", JOINED: "an SQL query joining streams"}.get(
                         shape, "a windowed SQL query"),
                     real_time=_sql_real_time if mode == "append" else _nothing, compare_state=state_changes.compare_sql)

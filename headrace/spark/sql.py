@@ -24,7 +24,7 @@ from pyspark.errors import AnalysisException
 from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType, TimestampType
+from pyspark.sql.types import StructField, StructType, TimestampType
 
 from headrace.contract import CONTROL_COLUMN
 from headrace.errors import PlanError
@@ -107,11 +107,29 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
         for view in views.values():
             spark.catalog.dropTempView(view)
     result = _flatten_windows(node, result)
+    if node.shape == JOINED and node.event_time is not None:
+        result = _one_event_time(result, node.event_time)
     if control is not None and node.shape == "stateless" and lowering.control_needed_after(node.name):
         # a watermark is declared further on (or the test clock runs): control rows go on
         result = result.withColumn(CONTROL_COLUMN, F.lit(None).cast("long")).unionByName(
             control, allowMissingColumns=True)
     return result
+
+
+WATERMARK_DELAY = "spark.watermarkDelayMs"  # the metadata Spark marks a column that carries a watermark with
+
+
+def _one_event_time(df: DataFrame, event_time: str) -> DataFrame:
+    """The results with their event time the only column Spark knows a watermark of: a later
+    stateful step judges its input's lateness by the first such column (a join's results carry
+    both sides' times; the other side's would make on-time results late)."""
+    def marked(field: StructField) -> bool:
+        return field.name != event_time and WATERMARK_DELAY in field.metadata
+
+    if not any(marked(f) for f in df.schema.fields):
+        return df
+    return df.select(*[F.col(f"`{f.name}`").alias(f.name, metadata={}) if marked(f) else F.col(f"`{f.name}`")
+                       for f in df.schema.fields])
 
 
 def _column_types(inputs: list[DataFrame]) -> dict[str, str]:

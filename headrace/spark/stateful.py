@@ -173,12 +173,13 @@ def read_group(frame: pd.DataFrame, value_fields: list[str], integers: frozenset
     return timed_records(data, value_fields, integers, key, untimed), clock
 
 
-def key_value(key: tuple[Any, ...], keys: list[str]) -> Any:
+def key_value(key: tuple[Any, ...], keys: list[str], integers: frozenset[str] = frozenset()) -> Any:
     """The key as the operator logic sees it: the value for one key field, a tuple for several,
-    () for a whole stream."""
+    () for a whole stream; an integer field (``integers``) as an int, not the decimal it travels as."""
     if not keys:
         return ()
-    return key[0] if len(keys) == 1 else tuple(key)
+    values = tuple(int(v) if name in integers and v is not None else v for name, v in zip(keys, key))
+    return values[0] if len(keys) == 1 else values
 
 
 # Where the classes of operator state lived when older versions pickled them: their state

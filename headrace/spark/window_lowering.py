@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.aggregates import result_type
-from headrace.contract import CONTROL_COLUMN, FLUSH_TIME_MS, LATE_METRIC_PREFIX
+from headrace.contract import CONTROL_COLUMN, END_OF_INPUT_MS, LATE_METRIC_PREFIX
 from headrace.engine.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
 from headrace.engine.window_panes import Dropped, Fired, WindowLogic, WindowState
 from headrace.errors import StepFunctionError
@@ -79,7 +79,7 @@ EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _watermark(raw: int) -> float:
-    if raw >= FLUSH_TIME_MS:
+    if raw >= END_OF_INPUT_MS:
         return math.inf  # the end of a bounded input: every window, the global one too
     return raw if raw > 0 else -math.inf
 
@@ -123,7 +123,7 @@ class WindowProcessor(StatefulProcessor):
             if not self.chained:
                 self.logic.on_watermark(state, watermark, fired)
             self._wall_clock(state, timerValues, fired)
-            self._process(state, key_value(key, self.keys), data, watermark, fired, dropped)
+            self._process(state, key_value(key, self.keys, self.integers), data, watermark, fired, dropped)
             if clock is not None:
                 self.logic.on_clock(state, clock, fired)
         except StepFunctionError:
@@ -163,7 +163,7 @@ class WindowProcessor(StatefulProcessor):
         if self.event_time is not None:  # without event time (count windows, count triggers) no timer
             upcoming = self.logic.next_event_time(state)
             if upcoming is None and state.panes:
-                upcoming = FLUSH_TIME_MS  # a global window: it fires at the end of a bounded input
+                upcoming = END_OF_INPUT_MS  # a global window: it fires at the end of a bounded input
         # Under the test clock a key keeps the clock it has seen, so its state is kept.
         forget = state.is_empty() and not self.test_clock
         self.cell.save(None if forget else state, upcoming, raw_watermark)
