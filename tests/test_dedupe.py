@@ -211,8 +211,67 @@ def test_a_dedupe_step_of_a_pipeline_file_is_the_fluent_one_and_its_errors_give_
     assert (node.kind, node.inputs, node.params()) == ("dedupe", ("events_event_time",),
                                                        {"on": ["id", "v"], "within_ms": 10_000})
     path.write_text(textwrap.dedent(FILE).replace("within: 10s", "keep: last"))
-    with pytest.raises(PipelineFileError, match=r"pipeline.yaml:\d+: step 'once': keep='last' is not offered"):
+    assert load_pipeline_file(path, environ={}).plan.nodes["once"].kind == "keyed_process"
+    path.write_text(textwrap.dedent(FILE).replace("within: 10s", "keep: newest"))
+    with pytest.raises(PipelineFileError, match=r"pipeline.yaml:\d+: step 'once': keep must be 'first' or 'last'"):
         load_pipeline_file(path, environ={})
+
+
+def model_keep_last(within: int) -> list[tuple[int, int]]:
+    """(v, period end) of each record ``keep="last"`` emits. A record is late when its event time is
+    at or before the watermark (dropped). A key's first on-time record opens a period ending at its
+    time + ``within``; the key's records arriving before the watermark reaches that end replace the
+    held one when their time is not earlier; it is emitted when the watermark reaches the end (at
+    the start of a micro-batch; at the end of the input, for every period still open)."""
+    held: dict[str, tuple[int, int, int]] = {}  # id -> (end, ts, v)
+    out: list[tuple[int, int]] = []
+
+    def close(mark: float) -> None:
+        for key, (end, _, v) in sorted(held.items(), key=lambda item: item[1][0]):
+            if end <= mark:
+                out.append((v, end))
+                del held[key]
+
+    for record, mark in arrivals():
+        if mark is not None:
+            close(mark)
+            if record["ts"] <= mark:
+                continue
+        end, ts, _ = held.get(record["id"], (record["ts"] + within, record["ts"], 0))
+        if record["ts"] >= ts:
+            held[record["id"]] = (end, record["ts"], record["v"])
+    close(float("inf"))
+    return out
+
+
+def test_keep_last_emits_each_keys_latest_record_when_its_period_ends(spark, tmp_path):
+    """dedupe(keep="last"), then a window over its results (each at its period's end), in one query,
+    against the model; a stop after the first micro-batch and a restart from the checkpoint."""
+    def pipeline() -> tuple[hr.Pipeline, TestSink, TestSink]:
+        p = hr.Pipeline("keep_last")
+        events = p.source("events", TestSource(BATCHES, schema=EVENT), event_time="ts", max_out_of_orderness=DELAY)
+        latest, counts = TestSink(), TestSink()
+        kept = events.dedupe("id", within="10s", keep="last", name="latest")
+        kept.sink("latest_out", latest)
+        kept.window(hr.Tumbling("20s"), name="per_20s").aggregate(n=hr.count(), total=hr.sum("v")).sink(
+            "counts", counts)
+        return p, latest, counts
+
+    first, latest, counts = pipeline()
+    run = PipelineRun(first, state_dir=str(tmp_path), progress="quiet").start()
+    run.wait(until_exhausted=True, on_settled=lambda r: r.request_stop("test"))
+    second, latest_after, counts_after = pipeline()
+    for before, after in ((latest, latest_after), (counts, counts_after)):
+        after.batches.update(before.batches)
+    PipelineRun(second, state_dir=str(tmp_path), progress="quiet").start().wait(until_exhausted=True)
+
+    expected = model_keep_last(WITHIN)
+    assert sorted(r["v"] for r in latest_after.rows()) == sorted(v for v, _ in expected)
+    windows: dict[int, list[int]] = {}
+    for v, end in expected:
+        windows.setdefault(end // WINDOW * WINDOW // S, []).append(v)
+    assert sorted((int(r["window_start"].timestamp()), r["n"], r["total"]) for r in counts_after.rows()) == sorted(
+        (start, len(vs), sum(vs)) for start, vs in windows.items())
 
 
 # -- refused as the pipeline is built ----------------------------------------------------------------
@@ -243,10 +302,11 @@ def plain(p: hr.Pipeline) -> hr.Stream:
     (lambda p, e: e.key_by("id").window(hr.Count(2)).count().dedupe("id"),
      r"the stream from 'window' has no event time: the results of window 'window' .* carry no event time: its "
      r"panes fire by count"),
-    (lambda p, e: e.dedupe("id", keep="last"),
-     r"keep='last' is not offered: Spark's de-duplication emits a key's first record as soon as it arrives .*"
-     r"\.reduce\(lambda kept, record: record if record\['ts'\] >= kept\['ts'\] else kept\)"),
-    (lambda p, e: e.dedupe("id", keep="any"), r"keep must be 'first', got 'any'"),
+    (lambda p, e: e.key_by("id").window(hr.Tumbling("1m")).count().dedupe("id", keep="last"),
+     r"keep='last' on the results of a stateful step needs within=, how long a key's period lasts"),
+    (lambda p, e: p.sql("SELECT id, v, ts FROM events").dedupe("id", keep="last"),
+     r"keep='last' needs the stream's fields and their types, which it emits"),
+    (lambda p, e: e.dedupe("id", keep="any"), r"keep must be 'first' or 'last', got 'any'"),
     (lambda p, e: e.dedupe("user"), r"unknown key field 'user'; the stream from 'events_event_time' has id, v, ts"),
     (lambda p, e: e.dedupe([]), r"keys must be a field name or a list of field names .*, got \[\]"),
     (lambda p, e: e.dedupe(["id", "id"]), r"a key field is named twice in \['id', 'id'\]"),

@@ -205,6 +205,38 @@ def test_auction_bids_prints_what_docs_joins_md_shows_and_a_model_computes(spark
                        for (minute, seller), (n, total) in sorted(totals.items())]
 
 
+def test_nexmark_winning_bids_prints_what_docs_sql_md_shows_and_a_model_computes(spark, capsys):
+    """examples/nexmark_winning_bids.py, run as a script, prints the output docs/sql.md shows, which
+    plain Python computes too from the example's records: each auction's highest bid while it ran
+    (the earlier of equal ones), then per seller the average of its last two, in the order they end."""
+    import runpy
+
+    namespace = runpy.run_path(str(ROOT / "examples" / "nexmark_winning_bids.py"), run_name="__main__")
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("auction ", "seller "))]
+    doc = (ROOT / "docs" / "sql.md").read_text()
+    shown = doc.split("`python examples/nexmark_winning_bids.py` prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert printed == shown.splitlines()
+    auctions = [a for batch in namespace["auctions"].steps[:3] for a in batch]
+    bids = [b for batch in namespace["bids"].steps[:3] for b in batch]
+    winners = []
+    for a in sorted(auctions, key=lambda a: (a["expires"], a["id"])):
+        during = [b for b in bids if b["auction"] == a["id"] and a["dateTime"] <= b["dateTime"] <= a["expires"]]
+        best = min(during, key=lambda b: (-b["price"], b["dateTime"]))
+        winners.append((a, best))
+    expected = [f"auction {a['id']} (seller {a['seller']}, ended {a['expires'] // 60_000:02}:"
+                f"{a['expires'] // 1000 % 60:02}): bidder {b['bidder']} at {b['price']}"
+                for a, b in sorted(winners, key=lambda w: w[0]["id"])]
+    last: dict[int, list[int]] = {}
+    averages = []
+    for a, b in winners:
+        prices = last.setdefault(a["seller"], [])
+        prices.append(b["price"])
+        averages.append((a["seller"], a["id"], sum(prices[-2:]) / len(prices[-2:])))
+    expected += [f"seller {seller} after auction {auction}: average {average:.1f}"
+                 for seller, auction, average in sorted(averages)]
+    assert printed == expected
+
+
 # -- every python block of the README and docs/ ---------------------------------------------------
 # A ```python block is a complete program unless the line before it is <!-- fragment --> (docs/testing.md).
 # A complete block is loaded as `headrace explain FILE` loads a file: its pipeline is built and checked,

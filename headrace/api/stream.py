@@ -14,7 +14,7 @@ from typing import Any
 
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
 from headrace.api.operator_dag import add_operator, add_stream
-from headrace.api.stream_dedupe import dedupe_node
+from headrace.api.stream_dedupe import dedupe_node, keep_last
 from headrace.api.stream_joins import stream_join
 from headrace.code_locations import function_label, remember_definitions, user_location
 from headrace.contract import Guarantee, SinkConnector, SourceConnector
@@ -546,10 +546,16 @@ class Stream:
         """Drop the records whose ``keys`` fields equal those of an earlier record: the first
         record of each key passes, and the key is remembered until the watermark passes that
         record's event time + ``within`` (default: the max out-of-orderness), on Spark's
-        ``dropDuplicatesWithinWatermark``. Needs event time. See docs/dedupe.md."""
+        ``dropDuplicatesWithinWatermark``. With ``keep="last"``, the key's latest record in that
+        period passes instead, when the period ends. Needs event time. See docs/dedupe.md."""
         step = self.pipeline._name(name, "dedupe")
         where = user_location()
-        return self._stage(dedupe_node(self.pipeline.plan, self.node, keys, within, keep, step, where))
+        node = dedupe_node(self.pipeline.plan, self.node, keys, within, keep, step, where)
+        if keep == "first":
+            return self._stage(node)
+        latest = keep_last(self.pipeline.plan, self.node, node.within_ms, step, where)
+        return self.key_by(*node.on, name=f"{step}_keys").process(latest, schema=dict(self.node.schema or ()),
+                                                                  name=step)
 
     def union(self, *others: Stream, name: str | None = None) -> Stream:
         """All records of this stream and ``others``, which must have the same fields."""

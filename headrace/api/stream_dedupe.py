@@ -1,7 +1,8 @@
 """De-duplication (``Stream.dedupe``): the checks it must pass as the pipeline is built, and its
 node. Spark's ``dropDuplicatesWithinWatermark`` remembers each key from its first record until
 the watermark passes that record's event time plus a bound, so a dedupe needs event time; with
-``within`` the bound is ``within``, otherwise the watermark's delay. See docs/dedupe.md."""
+``within`` the bound is ``within``, otherwise the watermark's delay. ``keep="last"`` holds each
+key's latest record for that long instead, on a process step (``KeepLast``). See docs/dedupe.md."""
 
 from __future__ import annotations
 
@@ -11,20 +12,42 @@ from typing import Any
 from headrace.durations import to_millis
 from headrace.errors import step_error
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import RESULT_TIME, DedupeNode, Node
+from headrace.plan.nodes import DedupeNode, Node
+from headrace.process import KeyedProcessFunction
+from headrace.schema import UNKNOWN
 from headrace.spark.stages import why_no_event_time
+from headrace.spark.watermarks import WatermarkPlacement
+from headrace.state import ValueState
 
 DECLARE = ("declare it with .with_event_time('field', max_out_of_orderness) (or event_time= on the source) "
            "before the dedupe")
 
 
-def keep_last_refused(time: str) -> str:
-    """Why keep='last' is refused, and what keeps the latest record of a key instead."""
-    return ("keep='last' is not offered: Spark's de-duplication emits a key's first record as soon as it arrives and "
-            "cannot take it back (append mode), so a later record cannot replace it; to keep the latest record of "
-            "each key per period, reduce a window: .key_by(...).window(hr.Tumbling(...)).reduce(lambda kept, record: "
-            f"record if record[{time!r}] >= kept[{time!r}] else kept), whose result comes when the watermark passes "
-            "the window's end")
+class KeepLast(KeyedProcessFunction):
+    """``dedupe(keep="last")``: a key's first record opens a period that ends when the watermark
+    passes its event time + ``within``; the key's records that arrive in it are held, the one with
+    the latest event time (of equal ones, the last to arrive) replacing the others, and emitted
+    when the period ends, at its end. A record after that opens the next period; a late one (at or
+    before the watermark) is dropped."""
+
+    kept = ValueState()  # (event time in ms, record)
+
+    def __init__(self, within_ms: int) -> None:
+        self.within_ms = within_ms
+
+    def process(self, record: dict[str, Any], ctx: Any) -> None:
+        if ctx.watermark is not None and ctx.timestamp <= ctx.watermark:
+            return  # late, as Spark's de-duplication drops it; so each period ends after the batch it began in
+        kept = self.kept.get()
+        if kept is None:
+            ctx.register_event_time_timer(ctx.timestamp + self.within_ms)
+        if kept is None or ctx.timestamp >= kept[0]:
+            self.kept.set((ctx.timestamp, record))
+
+    def on_timer(self, timer: Any, ctx: Any) -> None:
+        _, record = self.kept.get()
+        self.kept.clear()
+        ctx.emit(record)
 
 
 def dedupe_keys(keys: Any, step: str, where: str) -> tuple[str, ...]:
@@ -43,11 +66,8 @@ def dedupe_node(plan: Plan, stream: Node, keys: Any, within: Any, keep: Any, ste
                 where: str) -> DedupeNode:
     """The node of ``stream`` de-duplicated on ``keys``, refused as the pipeline is built when
     Spark could not run it or would remember its keys forever."""
-    if keep == "last":
-        time = stream.event_time if stream.event_time != RESULT_TIME else None
-        raise step_error(step, where, keep_last_refused(time or "ts"))
-    if keep != "first":
-        raise step_error(step, where, f"keep must be 'first', got {keep!r}")
+    if keep not in ("first", "last"):
+        raise step_error(step, where, f"keep must be 'first' or 'last', got {keep!r}")
     on = dedupe_keys(keys, step, where)
     if stream.schema is not None:
         names = [n for n, _ in stream.schema]
@@ -71,3 +91,16 @@ def dedupe_node(plan: Plan, stream: Node, keys: Any, within: Any, keep: Any, ste
         raise step_error(step, where, f"{what}. A dedupe forgets a key when the watermark passes its first "
                                       "record's event time + within")
     return DedupeNode(step, (stream.name,), where, stream.schema, stream.event_time, on=on, within_ms=within_ms)
+
+
+def keep_last(plan: Plan, stream: Node, within_ms: int | None, step: str, where: str) -> KeepLast:
+    """The process function of ``dedupe(keep="last")`` on ``stream`` (checked by ``dedupe_node``):
+    its period is ``within`` or, without it, the max out-of-orderness declared upstream."""
+    if stream.schema is None or UNKNOWN in dict(stream.schema).values():
+        raise step_error(step, where, "keep='last' needs the stream's fields and their types, which it emits; "
+                                      "declare them with a map(..., schema=...) before the dedupe")
+    period = within_ms if within_ms is not None else WatermarkPlacement(plan).watermark_delay(stream.name)
+    if period is None:
+        raise step_error(step, where, "keep='last' on the results of a stateful step needs within=, how long a "
+                                      "key's period lasts past its first record, e.g. within='1h'")
+    return KeepLast(period)
