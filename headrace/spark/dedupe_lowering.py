@@ -18,11 +18,11 @@ from pyspark.sql import functions as F
 
 from headrace.plan.nodes import DedupeNode
 from headrace.spark.stateless import without_control
+from headrace.spark.watermarks import DELAY_KEY
 
 if TYPE_CHECKING:
     from headrace.spark.compilation import Compilation
 
-DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey: the mark on an event-time column
 
 
 def _marked(df: DataFrame, marks: dict[str, dict[str, Any]]) -> DataFrame:

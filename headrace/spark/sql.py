@@ -42,6 +42,7 @@ from headrace.plan.sql_query import (
     without_distinct,
 )
 from headrace.spark.stateless import without_control, without_result_time
+from headrace.spark.watermarks import DELAY_KEY
 
 if TYPE_CHECKING:
     from headrace.spark.compilation import Compilation
@@ -116,15 +117,12 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
     return result
 
 
-WATERMARK_DELAY = "spark.watermarkDelayMs"  # the metadata Spark marks a column that carries a watermark with
-
-
 def _one_event_time(df: DataFrame, event_time: str) -> DataFrame:
     """The results with their event time the only column Spark knows a watermark of: a later
     stateful step judges its input's lateness by the first such column (a join's results carry
     both sides' times; the other side's would make on-time results late)."""
     def marked(field: StructField) -> bool:
-        return field.name != event_time and WATERMARK_DELAY in field.metadata
+        return field.name != event_time and DELAY_KEY in field.metadata
 
     if not any(marked(f) for f in df.schema.fields):
         return df

@@ -9,6 +9,8 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import EventTimeNode, Node, PythonStep
 from headrace.spark.specs import python_chains, spec_of
 
+DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey: the mark on an event-time column
+
 
 class WatermarkPlacement:
     """Where the plan's watermarks are declared in Spark (read by the compiler and ``explain``).
