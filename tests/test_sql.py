@@ -116,6 +116,11 @@ def test_a_window_on_a_stream_without_event_time_is_refused():
      "a WHERE on the results of a GROUP BY without a window is not supported"),
     ("SELECT n, count(*) FROM (SELECT url, count(*) AS n FROM clicks GROUP BY url) GROUP BY n",
      "the query aggregates twice"),
+    ("SELECT n, count(*) FROM (SELECT url, window, count(*) AS n FROM clicks GROUP BY url, window(ts, '1 minute')) "
+     "GROUP BY n", r"the query aggregates twice .*, and not each in windows; .* group each by window\(...\), the "
+     r"later ones over window_time\(<the earlier window>\)"),
+    ("SELECT count(*) FROM (SELECT url, window, count(*) AS n FROM clicks GROUP BY url, window(ts, '1 minute')) "
+     "GROUP BY window(url, '1 hour')", r"window\(\) must read the event-time field 'ts' .*it reads url"),
     ("SELECT * FROM users", "the query reads no stream, only tables"),
     ("SELECT * FROM clicks JOIN clicks_event_time USING (user)",
      "the join of stream 'clicks_event_time' is not bounded in event time from below and above by another "
@@ -237,6 +242,24 @@ def test_a_windowed_sql_count_equals_the_count_computed_in_python(spark):
     # append mode: each window once (the comparison above), the last ones when the bounded input ends
     last = [sink.batches[b] for b in sorted(sink.batches) if sink.batches[b]][-1]
     assert {r["window_start"] for r in last} == {at(T0 + 3 * MINUTE), at(T0 + 4 * MINUTE)}
+
+
+def test_windows_of_windows_in_one_query_equal_those_computed_in_python(spark):
+    """Clicks per user and 10 s, then per user and minute the busiest 10 s and the total: the later
+    window reads the earlier one's window_time (each result at its window's end - 1 µs)."""
+    p = clicks_pipeline("sql_windows_of_windows", CLICK_BATCHES)
+    p.sql("""SELECT user, window(window_time(w), '1 minute') AS window, max(n) AS busiest, sum(n) AS total
+               FROM (SELECT user, window(ts, '10 seconds') AS w, count(*) AS n
+                       FROM clicks GROUP BY user, window(ts, '10 seconds'))
+              GROUP BY user, window(window_time(w), '1 minute')""", name="per_minute").sink("out", TestSink())
+    assert "native window aggregates, one after another" in p.explain()
+    rows = run_to_completion(p)["out"]
+    per_10s = Counter((r["user"], r["ts"] - r["ts"] % 10_000) for r in all_clicks())
+    per_minute: dict[tuple[str, int], list[int]] = {}
+    for (user, start), n in per_10s.items():
+        per_minute.setdefault((user, start - start % MINUTE), []).append(n)
+    assert sorted((r["user"], r["window_start"], r["window_end"], r["busiest"], r["total"]) for r in rows) == sorted(
+        (user, at(start), at(start + MINUTE), max(ns), sum(ns)) for (user, start), ns in per_minute.items())
 
 
 def sessions(times: list[int], gap: int) -> list[tuple[int, int, int]]:

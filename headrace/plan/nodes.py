@@ -396,15 +396,17 @@ class SqlFunction:
 # output mode of each; None: stateless.
 STATELESS, WINDOWED, AGGREGATE, DISTINCT = "stateless", "windowed aggregate", "aggregate", "distinct"
 JOINED = "join of streams"  # Spark's stream-stream join, maybe then a windowed aggregate
+CHAINED_WINDOWS = "windows of windows"  # windowed aggregates of windowed aggregates
 SQL_OUTPUT_MODES: dict[str, str | None] = {STATELESS: None, WINDOWED: "append", AGGREGATE: "update", DISTINCT: "append",
-                                           JOINED: "append"}
+                                           JOINED: "append", CHAINED_WINDOWS: "append"}
 
 
 @dataclass(frozen=True)
 class SqlNode(Node):
     """A Spark SQL query over the plan's streams and tables (``inputs``: the steps it reads, in
     order of appearance in the query). ``shape`` is what the query is (``headrace/plan/sql_query.py``):
-    ``stateless``, ``windowed aggregate``, ``aggregate``, ``distinct`` or ``join of streams``."""
+    ``stateless``, ``windowed aggregate``, ``windows of windows``, ``aggregate``, ``distinct`` or ``join of
+    streams``."""
 
     kind: ClassVar[str] = "sql"
     query: str = ""

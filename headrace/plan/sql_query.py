@@ -8,6 +8,8 @@ query is, which decides how the step runs:
 * ``windowed aggregate``: a GROUP BY with Spark's ``window()`` or ``session_window()`` on
   the stream's event time; stateful, append mode (a window is emitted once, when the
   watermark passes its end);
+* ``windows of windows``: windowed aggregates of windowed aggregates (a later window reads an
+  earlier one's ``window_time``); Spark chains them in one query, append mode;
 * ``join of streams``: several streams joined, each bounded in event time by another in its
   ON clause (``headrace/plan/sql_joins.py``), maybe then grouped by ``window()``; stateful,
   append mode (Spark's stream-stream join);
@@ -39,6 +41,7 @@ from headrace.errors import PlanError, step_error
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
     AGGREGATE,
+    CHAINED_WINDOWS,
     DISTINCT,
     JOINED,
     STATELESS,
@@ -265,8 +268,11 @@ def shape_of(query: str, tree: exp.Expr) -> str:
                            _keyword_position(query, "DISTINCT"))
         return DISTINCT
     if len(aggregating) > 1:
-        raise _Refused("the query aggregates twice (a GROUP BY or aggregate inside another); a pipeline runs "
-                       "as one Spark query, which cannot aggregate an aggregate's output: sink the first "
+        if all(_groups_by_window(select) for select in aggregating):
+            return CHAINED_WINDOWS
+        raise _Refused("the query aggregates twice (a GROUP BY or aggregate inside another), and not each in "
+                       "windows; Spark runs stateful steps one after another in one query in append mode only: group "
+                       "each by window(...), the later ones over window_time(<the earlier window>), or sink the first "
                        "aggregate and aggregate it again in another pipeline", _keyword_position(query, "GROUP BY"))
     if not aggregating:
         return STATELESS
@@ -274,6 +280,31 @@ def shape_of(query: str, tree: exp.Expr) -> str:
         return WINDOWED
     _check_updates_are_exact(query, aggregating[0])
     return AGGREGATE
+
+
+def _groups_by_window(select: exp.Select) -> bool:
+    """Whether the SELECT's own GROUP BY holds a window() or session_window() call."""
+    group = select.args.get("group")
+    return group is not None and any(
+        isinstance(n, exp.Anonymous) and n.name.lower() in WINDOW_FUNCTIONS for n in group.find_all(exp.Anonymous))
+
+
+def _window_aliases(tree: exp.Expr) -> set[str]:
+    """The names the query gives its window() and session_window() columns (``w`` of ``window(ts,
+    '10 seconds') AS w``; ``window`` and ``session_window`` unnamed), which a later window may read."""
+    names = {"window", "session_window"}
+    for alias in tree.find_all(exp.Alias):
+        if isinstance(alias.this, exp.Anonymous) and alias.this.name.lower() in WINDOW_FUNCTIONS:
+            names.add(alias.alias)
+    return names
+
+
+def reads_earlier_window(time: exp.Expr, tree: exp.Expr) -> bool:
+    """Whether a window's time argument is an earlier window's time: ``window_time(w)`` or ``w``
+    itself, ``w`` a window column of the query (Spark takes a window column as its end - 1 µs)."""
+    if isinstance(time, exp.Anonymous) and time.name.lower() == "window_time" and time.expressions:
+        time = time.expressions[0]
+    return isinstance(time, exp.Column) and time.name in _window_aliases(tree)
 
 
 def _joined_shape(query: str, tree: exp.Expr, shape: str, streams: dict[str, Any]) -> str:
@@ -392,6 +423,8 @@ def sql_node(plan: Plan, step: str, where: str, query: Any) -> SqlNode:
                                                   "that stream", at)
         time = call.expressions[0] if call.expressions else None
         times = {plan.nodes[read[r.name]].event_time for r in streams}
+        if shape == CHAINED_WINDOWS and time is not None and reads_earlier_window(time, tree):
+            continue
         if not (isinstance(time, exp.Column) and time.name in times):
             got = time.sql(dialect=_SparkSql) if time is not None else "nothing"
             owner = (f"{stream.event_time!r} of stream {stream.name!r}" if len(streams) == 1 else

@@ -27,6 +27,7 @@ from headrace.contract import SourceContext
 from headrace.environment import checkpoints, storage
 from headrace.environment.admission import ADMISSION_FILE, AdmissionControl
 from headrace.environment.checkpoints import pipeline_root, query_id, read_query_id
+from headrace.environment.lease import Lease
 from headrace.environment.session import get_session, spark_log_file
 from headrace.errors import HeadraceError
 from headrace.runtime import events
@@ -83,9 +84,9 @@ class PipelineRun:
         # waits for the session (``start``); its run files are local, named after the query id.
         self.remote = storage.is_remote(self.root)
         self.run_dir = "" if self.remote else checkpoints.run_dir(self.root, self.plan.name, "")
-        self._fresh = fresh and self.remote
-        if fresh and not self.remote:
-            storage.delete_tree(self.root)
+        self._fresh = fresh
+        # one driver per checkpoint: taken as the run starts, before --fresh deletes anything
+        self.lease = None if self.remote else Lease(self.state_dir, self.plan.name)
         self.master = master
         self.display = ProgressDisplay(progress)
         self.trigger_interval = trigger_interval
@@ -115,6 +116,19 @@ class PipelineRun:
         self.started_at = time.time()
         if self._stop_asked:
             return self
+        if self.lease is not None:
+            self.lease.acquire()
+        try:
+            return self._start()
+        except BaseException:
+            if self.lease is not None:
+                self.lease.release()
+            raise
+
+    def _start(self) -> PipelineRun:
+        if self._fresh and not self.remote:
+            storage.delete_tree(self.root)
+            self._fresh = False
         if not self.remote:
             verify_restart(self.plan, self.root)  # before Spark starts: refuse a checkpoint this plan cannot continue
         self._spark = get_session(self.master, spark_log_file(self.state_dir), self.plan.spark_packages())
@@ -380,6 +394,8 @@ class PipelineRun:
         finally:
             if self._inbox is not None:
                 events.unfollow(self._spark, self._query_id, self._inbox)
+            if self.lease is not None:
+                self.lease.release()
             self.display.close()
 
     def result(self) -> RunResult:

@@ -19,6 +19,7 @@ from headrace.errors import PlanError
 from headrace.plan import nodes
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
+    CHAINED_WINDOWS,
     DISTINCT,
     JOINED,
     RESULT_TIME,
@@ -231,16 +232,17 @@ def _connector_type(node: dict[str, Any]) -> str:
 
 
 # An SQL step runs as its query's shape says (headrace/plan/sql_query.py).
+SQL_APPENDING = {DISTINCT: "an SQL query with DISTINCT", JOINED: "an SQL query joining streams",
+                 CHAINED_WINDOWS: "an SQL query of windows of windows"}
 SQL_SPECS: dict[str, NodeSpec] = {
     shape: NodeSpec(per_batch=mode is None, stateful=mode is not None,
                     output_mode=lambda node: SQL_OUTPUT_MODES[node.shape],
-                    reads_watermark=shape in (WINDOWED, JOINED), pushes_filter=lambda node: True,
-                    operators=2 if shape == JOINED else 1,
+                    reads_watermark=shape in (WINDOWED, JOINED, CHAINED_WINDOWS), pushes_filter=lambda node: True,
+                    operators=2 if shape in (JOINED, CHAINED_WINDOWS) else 1,
                     feeds_stage=_sql_feeds, follows_stage=lambda node, earlier: NO_SQL_TIME,
                     result_time="the event time it is grouped by", timeless=lambda node: f"it {_sql_feeds(node)}",
                     label="SQL step",
-                    appending={DISTINCT: "an SQL query with DISTINCT", JOINED: "an SQL query joining streams"}.get(
-                        shape, "a windowed SQL query"),
+                    appending=SQL_APPENDING.get(shape, "a windowed SQL query"),
                     real_time=_sql_real_time if mode == "append" else _nothing, compare_state=state_changes.compare_sql)
     for shape, mode in SQL_OUTPUT_MODES.items()}
 _SPECS: dict[type[Node], NodeSpec] = {

@@ -65,7 +65,9 @@ def sql_lowered_as(plan: Plan, node: SqlNode) -> str:
            "distinct": "the query without DISTINCT, then Spark's streaming dropDuplicates, append mode (each "
                        "distinct row is emitted once)",
            "join of streams": "Spark's stream-stream join (both sides kept in the state store until the "
-                              "watermark passes their bound), append mode"}
+                              "watermark passes their bound), append mode",
+           "windows of windows": "native window aggregates, one after another (a later window takes each result "
+                                 "at its window's end - 1 µs), append mode"}
     return f"Spark SQL over temp views of {views}: {how[node.shape]}"
 
 
