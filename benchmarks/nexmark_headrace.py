@@ -224,11 +224,14 @@ def q11(p: hr.Pipeline, src: Sources) -> hr.Stream:
 
 
 def q12(p: hr.Pipeline, src: Sources) -> hr.Stream:
-    """Processing time as the event time of a tumbling window: the micro-batch's ``current_timestamp()``."""
-    bids = src.read(p, "bid").with_columns(p_time=hr.expr("current_timestamp()")).with_event_time("p_time")
-    counts = bids.key_by("bidder").window(hr.Tumbling("10s"), name="per_bidder").count()
-    return counts.select("bidder", bid_count=hr.col("count"), starttime=hr.col("window_start"),
-                         endtime=hr.col("window_end"))
+    """Processing-time windows in SQL: the micro-batch's ``current_timestamp()`` (the published SQL's
+    PROCTIME()) declared as the event time between two queries, then a tumbling window over it."""
+    src.read(p, "bid")
+    p.sql("SELECT bidder, current_timestamp() AS p_time FROM bid", name="with_p_time").with_event_time(
+        "p_time", name="bid_p_time")
+    return p.sql("""SELECT bidder, count(*) AS bid_count, window.start AS starttime, window.end AS endtime
+                      FROM bid_p_time
+                     GROUP BY bidder, window(p_time, '10 seconds')""")
 
 
 def q13(p: hr.Pipeline, src: Sources) -> hr.Stream:

@@ -262,6 +262,22 @@ def test_windows_of_windows_in_one_query_equal_those_computed_in_python(spark):
         (user, at(start), at(start + MINUTE), max(ns), sum(ns)) for (user, start), ns in per_minute.items())
 
 
+def test_processing_time_windows_in_sql_count_every_record_once(spark):
+    """The micro-batch's current_timestamp() declared as the event time between two queries (NEXMark's
+    q12): which window a record falls in depends on the clock, but each is counted once, per user."""
+    p = clicks_pipeline("sql_processing_time", CLICK_BATCHES)
+    p.sql("SELECT user, current_timestamp() AS p_time FROM clicks", name="stamped").with_event_time(
+        "p_time", name="clicks_p_time")
+    p.sql("""SELECT user, window, count(*) AS n FROM clicks_p_time
+              GROUP BY user, window(p_time, '10 seconds')""", name="per_10s").sink("out", TestSink())
+    rows = run_to_completion(p)["out"]
+    totals: Counter[str] = Counter()
+    for row in rows:
+        totals[row["user"]] += row["n"]
+        assert row["window_end"] - row["window_start"] == datetime.timedelta(seconds=10)
+    assert totals == Counter(r["user"] for r in all_clicks())
+
+
 def sessions(times: list[int], gap: int) -> list[tuple[int, int, int]]:
     """(start, end, count) of the sessions of one key, in plain Python."""
     out: list[list[int]] = []
