@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -264,19 +263,36 @@ def files_taken(checkpoint: str) -> set[str]:
         if source.is_dir():
             for log in os.scandir(source.path):
                 if not log.name.startswith(".") and not log.name.endswith(".crc"):  # being written; checksums
-                    paths.update(_logged_paths(log.path))
+                    paths.update(unquote(urlparse(entry["path"]).path) for entry in _log_entries(log.path) or ())
     return paths
 
 
-def _logged_paths(log: str) -> Iterator[str]:
+_READ_LOGS: dict[str, tuple[tuple[int, int], list[dict[str, Any]] | None]] = {}
+
+
+def _log_entries(log: str) -> list[dict[str, Any]] | None:
+    """The entries of a file source's log (one per file: ``path``, ``batchId``...), or None for
+    another kind of source's log. A log is read again only once it changed: the runner asks
+    between every two micro-batches, and a compacted log holds every file taken so far."""
+    stat = os.stat(log)
+    version = (stat.st_mtime_ns, stat.st_size)
+    cached = _READ_LOGS.get(log)
+    if cached is not None and cached[0] == version:
+        return cached[1]
     with open(log, encoding="utf-8") as lines:
-        if lines.readline().strip() != "v1":
-            return  # another kind of source's log
-        for line in lines:
-            try:
-                yield unquote(urlparse(json.loads(line)["path"]).path)
-            except (ValueError, KeyError, TypeError):
-                continue
+        first, *rest = lines.read().splitlines() or [""]
+    entries = [_file_entry(line) for line in rest] if first.strip() == "v1" else [None]
+    found = None if None in entries else [e for e in entries if e is not None]
+    _READ_LOGS[log] = (version, found)
+    return found
+
+
+def _file_entry(line: str) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) and {"path", "batchId"} <= set(entry) else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -323,23 +339,16 @@ def _forget_after(log_folder: str, planned: int) -> None:
         if not batch.isdigit() or int(batch) <= planned:
             continue
         path = os.path.join(log_folder, name)
-        with open(path, encoding="utf-8") as log:
-            version, *entries = log.read().splitlines()
-        if version != "v1" or not all(_is_file_entry(e) for e in entries):
+        entries = _log_entries(path)
+        if entries is None:
             continue  # another kind of source's log
-        kept = [e for e in entries if json.loads(e)["batchId"] <= planned]
         checksum = os.path.join(log_folder, f".{name}.crc")  # Hadoop's checksum of the old content
         if os.path.exists(checksum):
             os.remove(checksum)
         if name.endswith(".compact"):
-            write_atomically(path, "\n".join([version, *kept]).encode())
+            with open(path, encoding="utf-8") as log:
+                lines = log.read().splitlines()[1:]  # one per entry, after the version
+            kept = [line for line, entry in zip(lines, entries) if entry["batchId"] <= planned]
+            write_atomically(path, "\n".join(["v1", *kept]).encode())
         else:
             os.remove(path)
-
-
-def _is_file_entry(line: str) -> bool:
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return False
-    return isinstance(entry, dict) and {"path", "batchId"} <= set(entry)

@@ -285,8 +285,7 @@ def shape_of(query: str, tree: exp.Expr) -> str:
 def _groups_by_window(select: exp.Select) -> bool:
     """Whether the SELECT's own GROUP BY holds a window() or session_window() call."""
     group = select.args.get("group")
-    return group is not None and any(
-        isinstance(n, exp.Anonymous) and n.name.lower() in WINDOW_FUNCTIONS for n in group.find_all(exp.Anonymous))
+    return group is not None and bool(window_calls(group))
 
 
 def _window_aliases(tree: exp.Expr) -> set[str]:
