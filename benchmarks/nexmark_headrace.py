@@ -9,7 +9,6 @@ takes them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 import headrace as hr
@@ -109,20 +108,17 @@ def q4(p: hr.Pipeline, src: Sources) -> hr.Stream:
     return winners.key_by("category").process(RunningAverage(), schema={"category": "long", "avg_final": "double"})
 
 
-def hottest(key: Any, bounds: tuple[int, int], counts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The auctions with the most bids among a sliding window's counts."""
-    counts = list(counts)
-    most = max(c["count"] for c in counts)
-    return [{"auction": c["auction"], "num": c["count"]} for c in counts if c["count"] == most]
-
-
 def q5(p: hr.Pipeline, src: Sources) -> hr.Stream:
-    """Bids per auction and sliding window, then the auctions with the most in each window: every window
-    of the first step ends on a 2 s boundary, so a tumbling 2 s window takes each window's counts alone."""
-    counts = (src.read(p, "bid", event_time=True).key_by("auction")
-              .window(hr.Sliding("10s", "2s"), name="bids_per_auction").count())
-    return (counts.window(hr.Tumbling("2s"), name="hottest").process(hottest, schema={"auction": "long", "num": "long"})
-            .select("auction", "num"))
+    """The published SQL: bids per auction and sliding window, joined to each window's largest count. The
+    second count reads the stream again; its maximum groups the first windows again (``GROUP BY w``)."""
+    src.read(p, "bid", event_time=True)
+    counts = """SELECT auction, count(*) AS num, window(dateTime, '10 seconds', '2 seconds') AS w
+                  FROM bid GROUP BY auction, window(dateTime, '10 seconds', '2 seconds')"""
+    return p.sql(f"""SELECT AuctionBids.auction, AuctionBids.num
+                       FROM ({counts}) AS AuctionBids
+                       JOIN (SELECT max(CountBids.num) AS maxn, CountBids.w FROM ({counts}) AS CountBids
+                              GROUP BY CountBids.w) AS MaxBids
+                         ON AuctionBids.w = MaxBids.w AND AuctionBids.num >= MaxBids.maxn""")
 
 
 class LastElevenAverage(hr.KeyedProcessFunction):
@@ -152,40 +148,28 @@ def q6(p: hr.Pipeline, src: Sources) -> hr.Stream:
     return winners.key_by("seller").process(LastElevenAverage(), schema={"seller": "long", "avg_price": "double"})
 
 
-BID_RESULT = {"auction": "long", "price": "long", "bidder": "long", "dateTime": "timestamp", "extra": "string"}
-
-
-def highest(key: Any, bounds: tuple[int, int], bids: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The bids of a window at its highest price."""
-    bids = list(bids)
-    top = max(b["price"] for b in bids)
-    return [{name: b[name] for name in BID_RESULT} for b in bids if b["price"] == top]
-
-
 def q7(p: hr.Pipeline, src: Sources) -> hr.Stream:
-    """The highest bids of each tumbling window, by a window function over the whole stream. (The published
-    SQL joins each window's maximum back to the bids from its start to its end, both included: a bid at
-    exactly the end, at the maximum, would be found twice there and once here.)"""
-    return (src.read(p, "bid", event_time=True).window(hr.Tumbling("10s"), name="highest")
-            .process(highest, schema=BID_RESULT).select(*BID_RESULT))
-
-
-def new_sellers(key: Any, bounds: tuple[int, int], records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The person of a window's records, if the window also holds an auction of theirs."""
-    records = list(records)
-    names = [r["name"] for r in records if r["kind"] == "person"]
-    if names and any(r["kind"] == "auction" for r in records):
-        yield {"name": names[0]}
+    """The published SQL: each tumbling window's highest price, joined back to the window's bids from its start
+    to its end, both included."""
+    src.read(p, "bid", event_time=True)
+    return p.sql("""SELECT B.auction, B.price, B.bidder, B.dateTime, B.extra
+                      FROM bid B
+                      JOIN (SELECT MAX(price) AS maxprice, window.end AS dateTime
+                              FROM bid GROUP BY window(dateTime, '10 seconds')) B1
+                        ON B.price = B1.maxprice
+                       AND B.dateTime BETWEEN B1.dateTime - INTERVAL 10 SECONDS AND B1.dateTime""")
 
 
 def q8(p: hr.Pipeline, src: Sources) -> hr.Stream:
-    """New persons and their auctions, united on the person's id and grouped by tumbling window."""
-    persons = src.read(p, "person", event_time=True).select("id", "name", "dateTime", kind=hr.lit("person"))
-    sellers = src.read(p, "auction", event_time=True).select(
-        "dateTime", id=hr.col("seller"), name=hr.lit(""), kind=hr.lit("auction"))
-    windows = persons.union(sellers).key_by("id").window(hr.Tumbling("10s"), name="new_sellers")
-    return windows.process(new_sellers, schema={"name": "string"}).select("id", "name",
-                                                                          starttime=hr.col("window_start"))
+    """The published SQL: the persons and the sellers of each tumbling window, joined on id and window."""
+    src.read(p, "person", event_time=True)
+    src.read(p, "auction", event_time=True)
+    return p.sql("""SELECT P.id, P.name, P.starttime
+                      FROM (SELECT id, name, window.start AS starttime, window.end AS endtime
+                              FROM person GROUP BY id, name, window(dateTime, '10 seconds')) P
+                      JOIN (SELECT seller, window.start AS starttime, window.end AS endtime
+                              FROM auction GROUP BY seller, window(dateTime, '10 seconds')) A
+                        ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime""")
 
 
 def q9(p: hr.Pipeline, src: Sources) -> hr.Stream:

@@ -118,9 +118,13 @@ def test_a_window_on_a_stream_without_event_time_is_refused():
      "the query aggregates twice"),
     ("SELECT n, count(*) FROM (SELECT url, window, count(*) AS n FROM clicks GROUP BY url, window(ts, '1 minute')) "
      "GROUP BY n", r"the query aggregates twice .*, and not each in windows; .* group each by window\(...\), the "
-     r"later ones over window_time\(<the earlier window>\)"),
+     r"later ones over window_time\(<the earlier window>\) or by the earlier window itself"),
     ("SELECT count(*) FROM (SELECT url, window, count(*) AS n FROM clicks GROUP BY url, window(ts, '1 minute')) "
      "GROUP BY window(url, '1 hour')", r"window\(\) must read the event-time field 'ts' .*it reads url"),
+    ("SELECT c.user FROM clicks c JOIN (SELECT max(ts) AS latest, window.end AS ended FROM clicks "
+     "GROUP BY window(ts, '1 minute')) l ON c.ts = l.latest AND c.ts BETWEEN l.ended - INTERVAL 1 MINUTE AND l.ended",
+     r"the join equates the event time c.ts of stream 'c' with an aggregate's result: .* Compare the times as "
+     r"numbers instead, e.g. unix_micros\(c.ts\) = unix_micros\(...\)"),
     ("SELECT * FROM users", "the query reads no stream, only tables"),
     ("SELECT * FROM clicks JOIN clicks_event_time USING (user)",
      "the join of stream 'clicks_event_time' is not bounded in event time from below and above by another "
@@ -260,6 +264,36 @@ def test_windows_of_windows_in_one_query_equal_those_computed_in_python(spark):
         per_minute.setdefault((user, start - start % MINUTE), []).append(n)
     assert sorted((r["user"], r["window_start"], r["window_end"], r["busiest"], r["total"]) for r in rows) == sorted(
         (user, at(start), at(start + MINUTE), max(ns), sum(ns)) for (user, start), ns in per_minute.items())
+
+
+def test_windowed_aggregates_joined_to_each_other_and_to_their_stream_equal_python(spark):
+    """NEXMark's q5 and q7 patterns over clicks, in one pipeline: per minute the busiest users (a count
+    per user joined to the count's maximum, which groups the same windows again: GROUP BY w), and the
+    clicks of each minute's alphabetically last user (a window's maximum joined back to the stream)."""
+    p = clicks_pipeline("sql_joined_windows", CLICK_BATCHES)
+    counts = "SELECT user, count(*) AS n, window(ts, '1 minute') AS w FROM clicks GROUP BY user, window(ts, '1 minute')"
+    p.sql(f"""SELECT c.user, c.n, c.w.start AS started
+                FROM ({counts}) c
+                JOIN (SELECT max(m.n) AS most, m.w FROM ({counts}) m GROUP BY m.w) top
+                  ON c.w = top.w AND c.n >= top.most""", name="busiest_users").sink("busiest", TestSink())
+    p.sql("""SELECT c.user, c.url, c.ts
+               FROM clicks c
+               JOIN (SELECT max(user) AS last_user, window.end AS ended
+                       FROM clicks GROUP BY window(ts, '1 minute')) l
+                 ON c.user = l.last_user AND c.ts BETWEEN l.ended - INTERVAL 1 MINUTE AND l.ended""",
+          name="last_clicks").sink("last", TestSink())
+    out = run_to_completion(p)
+    per_minute: dict[int, Counter[str]] = {}
+    for r in all_clicks():
+        per_minute.setdefault(r["ts"] - r["ts"] % MINUTE, Counter())[r["user"]] += 1
+    busiest = [(user, n, at(start)) for start, users in per_minute.items() for user, n in users.items()
+               if n == max(users.values())]
+    assert sorted((r["user"], r["n"], r["started"]) for r in out["busiest"]) == sorted(busiest)
+    last_user = {start: max(users) for start, users in per_minute.items()}
+    expected = [(r["user"], r["url"], at(r["ts"])) for r in all_clicks()
+                if r["user"] == last_user[r["ts"] - r["ts"] % MINUTE]]
+    assert sorted((r["user"], r["url"], r["ts"]) for r in out["last"]) == sorted(expected)
+    assert len({r["started"] for r in out["busiest"]}) == 4 and len(expected) == 4
 
 
 def test_processing_time_windows_in_sql_count_every_record_once(spark):

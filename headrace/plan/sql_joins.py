@@ -104,3 +104,38 @@ def check_joins_bounded(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
                         f"stream's: Spark would keep every record of both sides in its state forever. Add a "
                         f"condition on both event times to its ON clause, e.g. AND {mine} BETWEEN {theirs} - "
                         f"INTERVAL 10 SECONDS AND {theirs} + INTERVAL 10 SECONDS", joined)
+
+
+def _aggregated(relation: exp.Expr) -> bool:
+    """Whether a joined relation is a query that aggregates (its rows come out when the watermark has passed them)."""
+    return isinstance(relation, exp.Subquery) and (relation.find(exp.Group) is not None
+                                                   or relation.find(exp.AggFunc) is not None)
+
+
+def _named_side(column: exp.Column, sides: dict[str, StreamSide]) -> StreamSide | None:
+    """The stream ``column`` names: by its qualifier, or the one stream with an event time of its name."""
+    if column.table:
+        return sides.get(column.table)
+    named = [side for side in sides.values() if side.event_time == column.name]
+    return named[0] if len(named) == 1 else None
+
+
+def check_time_keys(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
+    """Raise ``Unbounded`` for a join of an aggregate's results whose ON clause equates a stream's event
+    time itself with a column: Spark then drops the stream's records from its state as soon as the
+    watermark passes them, while the aggregate emits its rows only after the watermark has passed
+    them, so the matches would be lost."""
+    for join in tree.find_all(exp.Join):
+        select = join.find_ancestor(exp.Select)
+        relations = [join.this, select.args["from"].this if select is not None and select.args.get("from") else None]
+        if not any(_aggregated(r) for r in relations if r is not None):
+            continue
+        for equality in (join.args.get("on") or exp.true()).find_all(exp.EQ):
+            for column in (equality.this, equality.expression):
+                side = _named_side(column, sides) if isinstance(column, exp.Column) else None
+                if side is not None and column.name == side.event_time:
+                    raise Unbounded(f"the join equates the event time {column.sql()} of stream {side.name!r} with an "
+                                    "aggregate's result: Spark forgets a record whose event time is a join key as soon "
+                                    "as the watermark passes it, and the aggregate emits its rows only after that, so "
+                                    "their matches would be lost. Compare the times as numbers instead, e.g. "
+                                    f"unix_micros({column.sql()}) = unix_micros(...)", equality)

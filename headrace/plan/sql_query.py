@@ -52,7 +52,7 @@ from headrace.plan.nodes import (
     SqlNode,
     TableNode,
 )
-from headrace.plan.sql_joins import StreamSide, Unbounded, check_joins_bounded
+from headrace.plan.sql_joins import StreamSide, Unbounded, check_joins_bounded, check_time_keys
 from headrace.plan.sql_top_n import find_top_n, is_window_call, top_n_as_aggregate
 
 WINDOW_FUNCTIONS = ("window", "session_window")
@@ -268,11 +268,12 @@ def shape_of(query: str, tree: exp.Expr) -> str:
                            _keyword_position(query, "DISTINCT"))
         return DISTINCT
     if len(aggregating) > 1:
-        if all(_groups_by_window(select) for select in aggregating):
+        if all(_groups_by_window(select, tree) for select in aggregating):
             return CHAINED_WINDOWS
         raise _Refused("the query aggregates twice (a GROUP BY or aggregate inside another), and not each in "
                        "windows; Spark runs stateful steps one after another in one query in append mode only: group "
-                       "each by window(...), the later ones over window_time(<the earlier window>), or sink the first "
+                       "each by window(...), the later ones over window_time(<the earlier window>) or by the earlier "
+                       "window itself (GROUP BY w), or sink the first "
                        "aggregate and aggregate it again in another pipeline", _keyword_position(query, "GROUP BY"))
     if not aggregating:
         return STATELESS
@@ -282,10 +283,13 @@ def shape_of(query: str, tree: exp.Expr) -> str:
     return AGGREGATE
 
 
-def _groups_by_window(select: exp.Select) -> bool:
-    """Whether the SELECT's own GROUP BY holds a window() or session_window() call."""
+def _groups_by_window(select: exp.Select, tree: exp.Expr) -> bool:
+    """Whether the SELECT's own GROUP BY holds a window() or session_window() call, or an earlier
+    window's column (``GROUP BY w``, ``w`` an earlier window: the same windows, regrouped)."""
     group = select.args.get("group")
-    return group is not None and bool(window_calls(group))
+    if group is None:
+        return False
+    return bool(window_calls(group)) or any(reads_earlier_window(key, tree) for key in group.expressions)
 
 
 def _window_aliases(tree: exp.Expr) -> set[str]:
@@ -324,6 +328,7 @@ def _joined_shape(query: str, tree: exp.Expr, shape: str, streams: dict[str, Any
                        "another pipeline", _keyword_position(query, "DISTINCT", "GROUP BY"))
     try:
         check_joins_bounded(tree, sides)
+        check_time_keys(tree, sides)
     except Unbounded as unbounded:
         raise _Refused(unbounded.message, _position(query, unbounded.node)) from None
     return JOINED
