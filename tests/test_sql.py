@@ -125,6 +125,9 @@ def test_a_window_on_a_stream_without_event_time_is_refused():
      "GROUP BY window(ts, '1 minute')) l ON c.ts = l.latest AND c.ts BETWEEN l.ended - INTERVAL 1 MINUTE AND l.ended",
      r"the join equates the event time c.ts of stream 'c' with an aggregate's result: .* Compare the times as "
      r"numbers instead, e.g. unix_micros\(c.ts\) = unix_micros\(...\)"),
+    ("SELECT c.user FROM clicks c JOIN (SELECT max(ts) AS latest, window.end AS ended FROM clicks "
+     "GROUP BY window(ts, '1 minute')) l ON c.ts BETWEEN l.ended - INTERVAL 1 MINUTE AND l.ended",
+     r"a join of streams needs an equality between them \(ON a.key = b.key AND ...\)"),
     ("SELECT * FROM users", "the query reads no stream, only tables"),
     ("SELECT * FROM clicks JOIN clicks_event_time USING (user)",
      "the join of stream 'clicks_event_time' is not bounded in event time from below and above by another "

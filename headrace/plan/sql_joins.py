@@ -139,3 +139,22 @@ def check_time_keys(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
                                     "as the watermark passes it, and the aggregate emits its rows only after that, so "
                                     "their matches would be lost. Compare the times as numbers instead, e.g. "
                                     f"unix_micros({column.sql()}) = unix_micros(...)", equality)
+
+
+def _reads_stream(relation: exp.Expr, sides: dict[str, StreamSide]) -> bool:
+    tables = [relation] if isinstance(relation, exp.Table) else list(relation.find_all(exp.Table))
+    return any(table.alias_or_name in sides for table in tables)
+
+
+def check_equi_joins(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
+    """Raise ``Unbounded`` for a join of two streams without an equality between them: Spark's
+    stream-stream join finds matches by a key, and refuses a join without one when it starts."""
+    for join in tree.find_all(exp.Join):
+        if not _reads_stream(join.this, sides) or join.args.get("using"):
+            continue
+        condition = _join_condition(join)
+        equalities = list(condition.find_all(exp.EQ)) if condition is not None else []
+        if not any(e.this.find(exp.Column) and e.expression.find(exp.Column) for e in equalities):
+            raise Unbounded("a join of streams needs an equality between them (ON a.key = b.key AND ...): Spark's "
+                            "stream-stream join matches records by a key; join on one, e.g. a window both sides "
+                            "are grouped by", join)

@@ -52,7 +52,7 @@ from headrace.plan.nodes import (
     SqlNode,
     TableNode,
 )
-from headrace.plan.sql_joins import StreamSide, Unbounded, check_joins_bounded, check_time_keys
+from headrace.plan.sql_joins import StreamSide, Unbounded, check_equi_joins, check_joins_bounded, check_time_keys
 from headrace.plan.sql_top_n import find_top_n, is_window_call, top_n_as_aggregate
 
 WINDOW_FUNCTIONS = ("window", "session_window")
@@ -327,6 +327,7 @@ def _joined_shape(query: str, tree: exp.Expr, shape: str, streams: dict[str, Any
                        "is emitted once, when the watermark passes it), or sink the join and aggregate in "
                        "another pipeline", _keyword_position(query, "DISTINCT", "GROUP BY"))
     try:
+        check_equi_joins(tree, sides)
         check_joins_bounded(tree, sides)
         check_time_keys(tree, sides)
     except Unbounded as unbounded:
