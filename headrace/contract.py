@@ -97,13 +97,18 @@ class Guarantee(Enum):
 @dataclass(frozen=True)
 class SourceContext:
     """Where a running source keeps its run-time files, the query's checkpoint ("" when the
-    query is compiled without one), and whether a step reads the source's control rows (an
-    event-time step: a source may leave out its flush row otherwise)."""
+    query is compiled without one), whether a step reads the source's control rows (an
+    event-time step: a source may leave out its flush row otherwise), and of the fields the
+    source converts and checks (``checked_fields``) those some step reads (None: all). A
+    probe (``probe_fields``) marks each such conversion instead, unchecked, so that the
+    compiler can see which ones Spark keeps (``headrace/spark/fields_read.py``)."""
 
     run_dir: str
     source_name: str
     checkpoint: str = ""
     control_read: bool = True
+    fields_read: frozenset[str] | None = None
+    probe_fields: bool = False
 
     def options(self) -> dict[str, str]:
         return {"hr_run_dir": self.run_dir, "hr_source": self.source_name}
@@ -155,6 +160,11 @@ class SourceConnector:
         (``headrace/runtime/compatibility.py``). Default: every option; a connector narrows
         it to what changes the records, leaving out knobs such as batch sizes."""
         return dict(self.options())
+
+    def checked_fields(self) -> tuple[str, ...]:
+        """The fields this source converts and checks in the query (a dead letter when one does
+        not convert), only when a step reads them (``SourceContext.fields_read``)."""
+        return ()
 
     def prepare(self, context: SourceContext) -> None:  # noqa: B027 - optional hook
         """Called on the driver before the query starts (write fixtures, check paths)."""

@@ -55,6 +55,31 @@ def test_json_lines_with_both_timestamp_forms_and_dead_letters_by_file(spark: An
     assert result.dead_letters == 3
 
 
+def test_a_timestamp_no_step_reads_is_not_checked(spark: Any, tmp_path: Path) -> None:
+    """A record whose timestamp would not convert is a dead letter only when a step reads the timestamp
+    (the test above: its sink takes every field), as a number no step reads is never parsed."""
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_text('{"user": "ada", "ts": "yesterday"}\nnot json\n'
+                                   '{"user": "bob", "ts": "2026-01-01T10:00:00Z"}\n{"user": "cy", "ts": "3 pm"}\n')
+    p = hr.Pipeline("native_files_unread")
+    out, dead = TestSink(), TestSink()
+    users = p.source("events", hr.sources.Files(inbox, schema="user string, ts timestamp", reader="spark"))
+    users.select("user").sink("out", out)
+    p.sql("SELECT upper(user) AS name FROM events WHERE user <> 'cy'", name="upper_names").sink("names", TestSink())
+    p.dead_letters().sink("dead", dead)
+
+    result = run_until_idle(p, str(tmp_path / "state"))
+
+    assert sorted(r["user"] for r in out.rows()) == ["ada", "bob", "cy"]
+    assert [r["raw"] for r in dead.rows()] == ["not json"] and result.dead_letters == 1
+    with_time = hr.Pipeline("native_files_read")  # the same records, the time read by a filter only
+    with_time.source("events", hr.sources.Files(inbox, schema="user string, ts timestamp", reader="spark")).filter(
+        hr.col("ts") > datetime(2000, 1, 1, tzinfo=UTC)).select("user").sink("out", kept := TestSink())
+    assert run_until_idle(with_time, str(tmp_path / "state2")).dead_letters == 3
+    assert [r["user"] for r in kept.rows()] == ["bob"]
+
+
 def test_dead_letters_are_counted_when_no_step_reads_them(spark: Any, tmp_path: Path) -> None:
     inbox = tmp_path / "in"
     inbox.mkdir()

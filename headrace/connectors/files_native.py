@@ -5,7 +5,9 @@ files it read in its own log, so a replay reads the same files. Records become r
 headrace's rules say (``headrace/connectors/file_formats/``), with Spark's parsers:
 
 * timestamps and dates are read as text and converted here, so that ISO-8601 text (no zone:
-  UTC) and epoch milliseconds both work, as with headrace's reader;
+  UTC) and epoch milliseconds both work, as with headrace's reader. Only those some step reads
+  are checked (``SourceContext.fields_read``), as Spark's parser checks only the fields a query
+  reads: the check of every row is what a query that does not read them would pay most for;
 * a line that is not a record of the schema (Spark's corrupt-record column), or a timestamp
   or date that converts to nothing, goes to the dead letters with the file's name as its
   position (Spark gives no line numbers), or with ``fail_fast`` stops the query with a
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -108,6 +111,14 @@ def _temporal(column: Any, kind: str) -> Any:
     return moment.cast("date") if kind == "date" else moment
 
 
+PROBE_MARK = 7_654_321_000_000  # in a probe's conversions: its number shows in the plan Spark optimized
+
+
+def probe_mark(source: str, field: str) -> int:
+    """The number that marks ``field``'s conversion in a probe of ``source`` (``headrace/spark/fields_read.py``)."""
+    return PROBE_MARK + zlib.crc32(f"{source}/{field}".encode()) % 1_000_000
+
+
 def _file_name() -> Any:
     """The name of the file the current row came from (``input_file_name()`` is its URI)."""
     from pyspark.sql import functions as F
@@ -141,22 +152,25 @@ def read_stream(spark: Any, context: SourceContext, path: str, format: str, sche
     if flush:  # only the end file's row is a control row; Spark counts it as input, progress takes it off
         control = F.when(F.col(CONTROL_COLUMN).isNotNull() & (_file_name() == END_FILE[format]), F.col(CONTROL_COLUMN))
     if parsed:
-        return _with_dead_letters(frame, source, path, format, schema, control, fail_fast, flush)
+        return _with_dead_letters(frame, context, path, format, schema, control, fail_fast, flush)
     if flush:
         frame = frame.observe(f"{CONTROL_METRIC_PREFIX}{source}", F.count(control).alias("control_rows"))
     return frame.select(*[F.col(f"`{n}`") for n, _ in schema], control.alias(CONTROL_COLUMN))
 
 
-def _with_dead_letters(frame: Any, source: str, path: str, format: str, schema: Schema, control: Any,
+def _with_dead_letters(frame: Any, context: SourceContext, path: str, format: str, schema: Schema, control: Any,
                        fail_fast: bool, count_control: bool) -> Any:
     from pyspark.sql import functions as F
 
-    columns, unreadable = [], F.lit(False)
+    source, columns, unreadable = context.source_name, [], F.lit(False)
     for name, kind in schema:
         column = F.col(f"`{name}`")
-        if kind in TEMPORAL:
+        if kind in TEMPORAL and context.probe_fields:
+            column = F.timestamp_millis(F.length(column) + F.lit(probe_mark(source, name)))
+        elif kind in TEMPORAL:
             converted = _temporal(column, kind)
-            unreadable = unreadable | (column.isNotNull() & converted.isNull())
+            if context.fields_read is None or name in context.fields_read:
+                unreadable = unreadable | (column.isNotNull() & converted.isNull())
             column = converted
         columns.append(column.alias(name))
     corrupt = F.col(CORRUPT).isNotNull()

@@ -127,6 +127,11 @@ class FileSource(SourceConnector):
         if self.reader == "spark" and self.bounded:
             files_native.end_bounded(context, self.path, self.format, self.schema(), self.csv_header)
 
+    def checked_fields(self) -> tuple[str, ...]:
+        if self.reader == "python" or self.format == "parquet":
+            return ()
+        return tuple(name for name, kind in self.schema() if kind in files_native.TEMPORAL)
+
     @property
     def emits_dead_letters(self) -> bool:  # type: ignore[override]
         return self.format != "parquet"

@@ -26,6 +26,8 @@ class Compilation(Protocol):
     spark: SparkSession
     run_dir: str
     query_checkpoint: str  # the query's checkpoint ("" when compiled without one)
+    fields_read: dict[str, frozenset[str]]  # by source: the checked fields some step reads (absent: all)
+    probe_fields: bool  # a probe: sources mark their checked fields' conversions (headrace/spark/fields_read.py)
     chains: dict[str, list[str]]  # the fused Python chains, by their last step
     scans: Counter[str]  # how many times the query scans each source
     raw_sources: dict[str, DataFrame]

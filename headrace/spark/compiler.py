@@ -16,6 +16,7 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node, SourceNode, WindowAggregateNode
 from headrace.spark.batch_roots import branch_root, shared_root
 from headrace.spark.clocks import uses_test_clock
+from headrace.spark.fields_read import checked_fields_read, sources_with_checked_fields
 from headrace.spark.lowerings import LOWERINGS
 from headrace.spark.specs import has_operators, output_mode, result_time_needed, spec_of, window_needs_processor
 from headrace.spark.sql import register_functions
@@ -32,13 +33,23 @@ class Compiled:
     output_mode: str
     lowering: Lowering
 
+    def frames(self) -> list[DataFrame]:
+        """What the sinks read: their frames, or with operators (run per batch on every column of
+        the shared root's rows) the root's stream."""
+        root = shared_root(self.lowering.plan)
+        if self.sink_frames or root is None:
+            return list(self.sink_frames.values())
+        return [self.lowering.root_stream(root)]
+
 
 class Lowering(WatermarkPlacement):
     """State of one compilation: the plan, the session and the DataFrames built so far."""
 
-    def __init__(self, plan: Plan, spark: SparkSession, run_dir: str, query_checkpoint: str = "") -> None:
+    def __init__(self, plan: Plan, spark: SparkSession, run_dir: str, query_checkpoint: str = "",
+                 fields_read: dict[str, frozenset[str]] | None = None, probe_fields: bool = False) -> None:
         super().__init__(plan)
         self.spark, self.run_dir, self.query_checkpoint = spark, run_dir, query_checkpoint
+        self.fields_read, self.probe_fields = fields_read or {}, probe_fields
         self.frames: dict[str, DataFrame] = {}
         self.watermarked: dict[str, DataFrame] = {}
         self.raw_sources: dict[str, DataFrame] = {}  # a source's rows with its dead letters, for dead_letters()
@@ -154,8 +165,16 @@ def source_scans(plan: Plan) -> Counter[str]:
 def compile_plan(plan: Plan, spark: SparkSession, run_dir: str, checkpoint: str = "") -> Compiled:
     """The plan's Spark query, to run from ``checkpoint``. The plan has passed ``check_plan`` (the
     runner checks it first)."""
-    lowering = Lowering(plan, spark, run_dir, checkpoint)
     register_functions(plan, spark)
+    fields_read = None
+    if sources_with_checked_fields(plan):  # a probe first: which of those fields the query reads
+        probe = _compile(Lowering(plan, spark, run_dir, checkpoint, probe_fields=True))
+        fields_read = checked_fields_read(plan, spark, probe.frames())
+    return _compile(Lowering(plan, spark, run_dir, checkpoint, fields_read))
+
+
+def _compile(lowering: Lowering) -> Compiled:
+    plan = lowering.plan
     if has_operators(plan):  # the query runs to the shared root; operators and sinks run per batch
         root = shared_root(plan)
         assert root is not None  # check_plan refuses the plan otherwise

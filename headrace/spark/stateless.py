@@ -63,7 +63,8 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
     """The source's good rows. A source with dead letters also leaves its raw rows (what the
     dead letters read) and its observed raw stream (where a query can stop, to split the
     good rows from the dead letters in each micro-batch) in the compilation."""
-    context = SourceContext(lowering.run_dir, node.name, lowering.query_checkpoint, lowering.needs_control(node.name))
+    context = SourceContext(lowering.run_dir, node.name, lowering.query_checkpoint, lowering.needs_control(node.name),
+                            lowering.fields_read.get(node.name), lowering.probe_fields)
     os.makedirs(lowering.run_dir, exist_ok=True)
     node.connector.prepare(context)
     raw = node.connector.read_stream(lowering.spark, context)
