@@ -16,6 +16,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from headrace import config
 from headrace.errors import HeadraceError
 from headrace.runtime.signals import stop_on_signals
 
@@ -237,6 +238,59 @@ def _report(result: Any, args: argparse.Namespace) -> None:
               f"{result.dead_letters} dead letters{restarts}, stopped: {result.stopped_by} ({result.elapsed_s} s)")
 
 
+def cmd_server(args: argparse.Namespace) -> int:
+    from headrace.server.service import run_server
+
+    run_server(args.state_dir or config.STATE_DIR.get(), args.host, args.port, args.allow or [os.getcwd()])
+    return 0
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from headrace.server.client import Client
+
+    return Client.find(args.state_dir or config.STATE_DIR.get(), args.server, args.token)
+
+
+def _show_pipeline(entry: dict[str, Any]) -> str:
+    restarts = f", {entry['restarts']} restart{'s' * (entry['restarts'] != 1)}" if entry["restarts"] else ""
+    driver = f", driver pid {entry['pid']}" if entry["pid"] else ""
+    return f"{entry['name']}: {entry['status']}{restarts}{driver} ({entry['reason']}); {entry['file']}"
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    client = _client(args)
+    body = {"file": os.path.abspath(args.file), **({"name": args.name} if args.name else {})}
+    entry = client.call("POST", "/api/pipelines", body)
+    print(json.dumps(entry) if args.json else _show_pipeline(entry))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    entries = _client(args).call("GET", "/api/pipelines")
+    if args.json:
+        print(json.dumps(entries))
+    for entry in [] if args.json else entries:
+        print(_show_pipeline(entry))
+    if not entries and not args.json:
+        print("no pipelines (headrace submit FILE starts one)")
+    return 0
+
+
+def cmd_pipeline_action(args: argparse.Namespace) -> int:
+    client = _client(args)
+    path = client.pipeline(args.name)
+    if args.command == "status":
+        answer = client.call("GET", path)
+    elif args.command == "logs":
+        print(client.call("GET", f"{path}/logs?lines={args.lines}"), end="")
+        return 0
+    else:
+        answer = client.call("POST", f"{path}/{args.command}" + ("?now=true" if getattr(args, "now", False) else ""))
+    print(json.dumps(answer) if getattr(args, "json", False) else
+          f"removed {args.name}" if args.command == "remove" else _show_pipeline(answer))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headrace", description="Streaming pipelines in Python, run on Spark.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -317,6 +371,52 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--limit", type=int, default=3_000_000, help="events to generate (default 3,000,000)")
     runtime_options(demo)
     demo.set_defaults(handler=cmd_demo)
+    server = commands.add_parser("server", help="serve the REST API that runs and supervises submitted pipelines",
+                                 description="Run pipelines submitted to it, each in a driver process of its own, "
+                                             "restarted from its checkpoint when it dies (docs/control-plane.md). "
+                                             "Ctrl-C or SIGTERM stops the server; its pipelines go on running.")
+    server.add_argument("--state-dir", help="where the server keeps its registry, its token and the pipelines' "
+                                            "state (default: $HEADRACE_STATE_DIR or .headrace)")
+    server.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    server.add_argument("--port", type=int, default=8790, help="the port (default 8790; 0: any free one)")
+    server.add_argument("--allow", action="append", metavar="DIR",
+                        help="a directory submitted pipeline files may be in (repeat for more; default: the "
+                             "directory the server starts in)")
+    server.set_defaults(handler=cmd_server)
+
+    def client_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--server", help="the server's URL (default: $HEADRACE_SERVER, or the state dir's "
+                                          "server.json)")
+        sub.add_argument("--token", help="the server's token (default: $HEADRACE_TOKEN, or the state dir's "
+                                         "server.token)")
+        sub.add_argument("--state-dir", help="the server's state dir, to find it (default: $HEADRACE_STATE_DIR "
+                                             "or .headrace)")
+
+    submit = commands.add_parser("submit", help="run a pipeline file on the server (idempotent)")
+    submit.add_argument("file", metavar="FILE")
+    submit.add_argument("--name", help="the pipeline's name on the server (default: the pipeline's own)")
+    submit.add_argument("--json", action="store_true", help="the answer as JSON")
+    client_options(submit)
+    submit.set_defaults(handler=cmd_submit)
+    listing = commands.add_parser("list", help="the server's pipelines and their status")
+    listing.add_argument("--json", action="store_true", help="the answer as JSON")
+    client_options(listing)
+    listing.set_defaults(handler=cmd_list)
+    for action, text in (("status", "one pipeline's status on the server"),
+                         ("stop", "stop a pipeline on the server at a batch boundary (--now: at once)"),
+                         ("restart", "restart a pipeline on the server from its checkpoint"),
+                         ("logs", "the end of a pipeline's driver log"),
+                         ("remove", "forget a stopped pipeline (its state dir stays)")):
+        sub = commands.add_parser(action, help=text)
+        sub.add_argument("name", metavar="NAME")
+        if action in ("status", "stop", "restart"):
+            sub.add_argument("--json", action="store_true", help="the answer as JSON")
+        if action == "stop":
+            sub.add_argument("--now", action="store_true", help="stop at once, not at a batch boundary")
+        if action == "logs":
+            sub.add_argument("--lines", type=int, default=200, help="how many of the last lines (default 200)")
+        client_options(sub)
+        sub.set_defaults(handler=cmd_pipeline_action)
     return parser
 
 

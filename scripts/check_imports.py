@@ -43,6 +43,7 @@ LAYERS = (
     ("compiler", ("headrace.spark",)),
     ("driver", ("headrace.runtime",)),
     ("front doors", ("headrace.api", "headrace")),
+    ("server", ("headrace.server",)),
     ("top", ("headrace.cli", "headrace.demo", "headrace.scaffold", "headrace.testing")),
 )
 

@@ -1,0 +1,231 @@
+"""The server's REST API over HTTP (the standard library's threading server), described by the
+OpenAPI document it serves at ``/api/openapi.json``.
+
+Safe by default: bound to 127.0.0.1 unless told otherwise; every state-changing call is a POST
+and needs the token (``Authorization: Bearer <token>``), and so does every call when the server
+is bound to another address; a request whose Host header names another host is refused (DNS
+rebinding); bad input gets a 4xx with a one-line reason, never a 500.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from headrace.server.supervisor import Refused, Supervisor
+
+MAX_BODY = 64 * 1024
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+ACTIONS = ("stop", "restart", "remove")
+PIPELINE = re.compile(r"^/api/pipelines/([^/]+)$")
+ACTION = re.compile(r"^/api/pipelines/([^/]+)/([a-z]+)$")
+LOGS = re.compile(r"^/api/pipelines/([^/]+)/logs$")
+
+
+def _json_of(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, **_json_of({"$ref": "#/components/schemas/Error"})}
+
+
+def _name_parameter() -> dict[str, Any]:
+    return {"name": "name", "in": "path", "required": True,
+            "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,100}$"}}
+
+
+_PIPELINE_REF = _json_of({"$ref": "#/components/schemas/Pipeline"})
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "headrace server", "version": "1"},
+    "components": {
+        "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+            "Pipeline": {"type": "object", "properties": {
+                "name": {"type": "string"}, "file": {"type": "string"}, "state_dir": {"type": "string"},
+                "status": {"type": "string", "enum": ["starting", "running", "restarting", "stopping", "stopped",
+                                                      "finished", "failed"]},
+                "wanted": {"type": "boolean"}, "pid": {"type": "integer"}, "restarts": {"type": "integer"},
+                "last_exit": {"type": "integer", "nullable": True}, "reason": {"type": "string"},
+                "submitted_at": {"type": "number"}, "updated_at": {"type": "number"}}},
+            "Submit": {"type": "object", "required": ["file"], "additionalProperties": False, "properties": {
+                "file": {"type": "string", "minLength": 1}, "name": {"type": "string"}}},
+        },
+    },
+    "security": [{"token": []}],
+    "paths": {
+        "/api/pipelines": {
+            "get": {"summary": "the pipelines", "responses": {"200": {"description": "each pipeline", **_json_of(
+                {"type": "array", "items": {"$ref": "#/components/schemas/Pipeline"}})}}},
+            "post": {"summary": "submit a pipeline file (idempotent: the same name and file give the running one)",
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"$ref": "#/components/schemas/Submit"}}}},
+                     "responses": {"201": {"description": "started", **_PIPELINE_REF},
+                                   "200": {"description": "already running", **_PIPELINE_REF},
+                                   "400": _error("bad input, or a pipeline that does not build"),
+                                   "401": _error("no token"), "403": _error("a file outside the allowed directories"),
+                                   "409": _error("the name runs another file")}}},
+        "/api/pipelines/{name}": {"get": {
+            "summary": "one pipeline", "parameters": [_name_parameter()],
+            "responses": {"200": {"description": "the pipeline", **_PIPELINE_REF}, "404": _error("no such pipeline")}}},
+        "/api/pipelines/{name}/logs": {"get": {
+            "summary": "the end of its driver's log", "parameters": [_name_parameter(), {
+                "name": "lines", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}],
+            "responses": {"200": {"description": "the log's last lines", "content": {"text/plain": {
+                "schema": {"type": "string"}}}}, "400": _error("bad input"), "404": _error("no such pipeline")}}},
+        "/api/pipelines/{name}/{action}": {"post": {
+            "summary": "stop (at a batch boundary; ?now=true at once), restart from the checkpoint, or remove a "
+                       "stopped pipeline",
+            "parameters": [_name_parameter(), {"name": "action", "in": "path", "required": True,
+                                               "schema": {"type": "string", "enum": list(ACTIONS)}},
+                           {"name": "now", "in": "query", "schema": {"type": "boolean"}}],
+            "responses": {"200": {"description": "done", **_PIPELINE_REF}, "400": _error("bad input"),
+                          "401": _error("no token"), "404": _error("no such pipeline or action"),
+                          "409": _error("not in a state for it")}}},
+    },
+}
+
+
+class Api:
+    """What the handler serves: the supervisor, the token, and the Host names it answers to."""
+
+    def __init__(self, supervisor: Supervisor, token: str, host: str, port: int) -> None:
+        self.supervisor, self.token, self.host = supervisor, token, host
+        self.bound(port)
+
+    def bound(self, port: int) -> None:
+        """The port the server listens on (known once bound, when 0 asked for any)."""
+        self.port, self.hosts = port, {f"{name}:{port}" for name in (*LOOPBACK, "[::1]", self.host)}
+
+    def open_reads(self) -> bool:
+        """Whether a GET needs no token: only when the server listens on this machine alone."""
+        return self.host in LOOPBACK
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "headrace"
+    api: Api  # set on the class the server makes (see ``serve``)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # requests are not logged: the token could be in them
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+        self._answer("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._answer("POST")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._send(405, {"error": "the API takes GET and POST only"})
+
+    do_DELETE = do_PATCH = do_PUT  # noqa: N815
+
+    def _answer(self, method: str) -> None:
+        try:
+            status, body = self._route(method)
+        except Refused as refused:
+            status, body = refused.status, {"error": str(refused)}
+        except Exception as exc:  # noqa: BLE001 - a bug must not leave the client without an answer
+            status, body = 500, {"error": f"internal error: {type(exc).__name__}: {exc}"}
+        self._send(status, body)
+
+    def _route(self, method: str) -> tuple[int, Any]:
+        api = self.api
+        if self.headers.get("Host") not in api.hosts:
+            raise Refused(403, "the Host header names another host (DNS rebinding?); use the URL the server printed")
+        url = urlsplit(self.path)
+        if method == "POST" or not api.open_reads():
+            self._check_token()
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        path = url.path.rstrip("/") or "/"
+        if path == "/api/openapi.json" and method == "GET":
+            return 200, OPENAPI
+        if path == "/api/pipelines":
+            if method == "GET":
+                return 200, [entry.public() for entry in api.supervisor.registry.all()]
+            body = self._json_body()
+            unknown = set(body) - {"file", "name"}
+            if unknown:
+                raise Refused(400, f"unknown field(s) {', '.join(sorted(unknown))}: give file and, if you like, name")
+            name = body.get("name")
+            if name is not None and not isinstance(name, str):
+                raise Refused(400, "name must be a string")
+            file = body.get("file")
+            if not isinstance(file, str) or not file:
+                raise Refused(400, "give the pipeline's file as \"file\": a path on the server's machine")
+            entry, started = api.supervisor.submit(file, name)
+            return (201 if started else 200), entry.public()
+        if (match := LOGS.match(path)) and method == "GET":
+            lines = _integer(query.get("lines", "200"), "lines", 1, 10_000)
+            return 200, api.supervisor.logs(match.group(1), lines)
+        if (match := PIPELINE.match(path)) and method == "GET":
+            return 200, api.supervisor.existing(match.group(1)).public()
+        if (match := ACTION.match(path)) and method == "POST":
+            name, action = match.groups()
+            if action not in ACTIONS:
+                raise Refused(404, f"no action {action!r}: the actions are {', '.join(ACTIONS)}")
+            if action == "stop":
+                return 200, api.supervisor.stop(name, now=_boolean(query.get("now", "false"), "now")).public()
+            if action == "restart":
+                return 200, api.supervisor.restart(name).public()
+            api.supervisor.remove(name)
+            return 200, {"removed": name}
+        raise Refused(404, f"no {method} {url.path}: see /api/openapi.json")
+
+    def _check_token(self) -> None:
+        given = self.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.api.token}".encode()):
+            raise Refused(401, "this call needs the server's token: Authorization: Bearer <token> (it is in "
+                               "<state dir>/server.token)")
+
+    def _json_body(self) -> dict[str, Any]:
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            raise Refused(400, "Content-Length is not a number") from None
+        if length > MAX_BODY:
+            raise Refused(413, f"the body is {length} bytes, more than {MAX_BODY}")
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise Refused(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise Refused(400, "the body must be a JSON object")
+        return body
+
+    def _send(self, status: int, body: Any) -> None:
+        text = body if isinstance(body, str) else json.dumps(body, indent=1)
+        data = text.encode()
+        self.send_response(status, HTTPStatus(status).phrase)
+        self.send_header("Content-Type", "text/plain; charset=utf-8" if isinstance(body, str) else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _integer(text: str, name: str, low: int, high: int) -> int:
+    if not re.fullmatch(r"\d{1,6}", text) or not low <= int(text) <= high:
+        raise Refused(400, f"{name} must be a whole number from {low} to {high}, got {text!r}")
+    return int(text)
+
+
+def _boolean(text: str, name: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise Refused(400, f"{name} must be true or false, got {text!r}")
+    return text.lower() in ("true", "1")
+
+
+def serve(api: Api) -> ThreadingHTTPServer:
+    """The HTTP server for ``api``, bound and ready (``serve_forever`` runs it)."""
+    handler = type("BoundHandler", (Handler,), {"api": api})
+    server = ThreadingHTTPServer((api.host, api.port), handler)
+    server.daemon_threads = True
+    return server

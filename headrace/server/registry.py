@@ -1,0 +1,75 @@
+"""What the server knows of each pipeline, kept in SQLite (``<state dir>/server.sqlite``) so that
+a restarted server finds the pipelines it started, and their driver processes, again."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# A pipeline's status: what its driver is doing, as the supervisor last saw it.
+STARTING, RUNNING, RESTARTING, STOPPING, STOPPED, FINISHED, FAILED = (
+    "starting", "running", "restarting", "stopping", "stopped", "finished", "failed")
+LIVE = (STARTING, RUNNING, RESTARTING, STOPPING)
+
+
+@dataclass
+class Entry:
+    name: str
+    file: str  # the pipeline's file, absolute
+    state_dir: str  # the pipeline's own state dir (its checkpoint, its lease, its driver's log)
+    status: str
+    wanted: bool  # whether the pipeline should run: a driver that ends unasked is restarted
+    pid: int = 0  # the driver's process, the leader of its process group (0: none)
+    restarts: int = 0
+    last_exit: int | None = None  # the last driver's exit status (None: killed, or none ended yet)
+    reason: str = ""  # why the status is what it is, for the user
+    submitted_at: float = 0.0
+    updated_at: float = 0.0
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Registry:
+    """The pipelines, by name. Safe to use from the server's threads."""
+
+    def __init__(self, path: str) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("""CREATE TABLE IF NOT EXISTS pipelines (
+            name TEXT PRIMARY KEY, file TEXT NOT NULL, state_dir TEXT NOT NULL, status TEXT NOT NULL,
+            wanted INTEGER NOT NULL, pid INTEGER NOT NULL, restarts INTEGER NOT NULL, last_exit INTEGER,
+            reason TEXT NOT NULL, submitted_at REAL NOT NULL, updated_at REAL NOT NULL)""")
+
+    def put(self, entry: Entry) -> Entry:
+        entry.updated_at = time.time()
+        values = asdict(entry)
+        values["wanted"] = int(entry.wanted)
+        with self._lock:
+            self._db.execute(f"INSERT OR REPLACE INTO pipelines ({', '.join(values)}) "
+                             f"VALUES ({', '.join('?' * len(values))})", tuple(values.values()))
+        return entry
+
+    def get(self, name: str) -> Entry | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM pipelines WHERE name = ?", (name,)).fetchone()
+        return self._entry(row) if row else None
+
+    def all(self) -> list[Entry]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM pipelines ORDER BY name").fetchall()
+        return [self._entry(row) for row in rows]
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM pipelines WHERE name = ?", (name,))
+
+    @staticmethod
+    def _entry(row: tuple[Any, ...]) -> Entry:
+        entry = Entry(*row)
+        entry.wanted = bool(entry.wanted)
+        return entry

@@ -1,0 +1,265 @@
+"""The server's driver processes: one per pipeline, each the leader of its own process group, so
+that one failing pipeline never takes another (or the server) down.
+
+A driver that ends without being asked to is restarted from its checkpoint under the restart
+strategy (``headrace/runtime/restarts.py``: by default 3 restarts within 10 minutes, waiting
+1 s, then 2 s, then 4 s); one whose input ended (exit status 0) is finished. A driver leaves its
+exit status in ``driver.exit`` beside its log (``headrace/server/driver.py``); none there means
+it was killed. The drivers do not depend on the server: a server killed and started again finds
+them in its registry and watches them again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from headrace.runtime.restarts import RestartPolicy
+from headrace.server.registry import (
+    FAILED,
+    FINISHED,
+    LIVE,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    STOPPING,
+    Entry,
+    Registry,
+)
+
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+WATCH_EVERY_S = 0.25
+EXPLAIN_TIMEOUT_S = 120.0
+
+
+class Refused(Exception):
+    """A request the server turns down: ``status`` is the HTTP status, the message one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+class Supervisor:
+    """Starts, watches, restarts and stops the drivers of the pipelines in ``registry``."""
+
+    def __init__(self, registry: Registry, state_dir: str, allowed: list[str],
+                 policy: Callable[[], RestartPolicy] = RestartPolicy.of) -> None:
+        self.registry, self.state_dir = registry, os.path.abspath(state_dir)
+        self.allowed = [os.path.realpath(folder) for folder in allowed]
+        self._policy, self._policies = policy, dict[str, RestartPolicy]()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._due: dict[str, float] = {}  # a restart waiting for its backoff: when it is due
+        self._restart_after_exit: set[str] = set()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="headrace-supervisor", daemon=True)
+
+    # -- lifecycle of the supervisor ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop watching; the drivers go on running."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def submit(self, file: str, name: str | None) -> tuple[Entry, bool]:
+        """The pipeline of ``file`` started (or the one already running under that name and file);
+        whether it was started now."""
+        path = self._allowed_file(file)
+        built = self._pipeline_name(path)
+        name = name or built
+        if not NAME.match(name):
+            raise Refused(400, f"pipeline name {name!r} must be 1-100 letters, digits, _ or -")
+        with self._lock:
+            entry = self.registry.get(name)
+            if entry is not None and entry.status in LIVE:
+                if entry.file != path:
+                    raise Refused(409, f"pipeline {name!r} already runs {entry.file}; stop and remove it first, or "
+                                       "submit under another --name")
+                return entry, False
+            now = time.time()
+            entry = Entry(name, path, os.path.join(self.state_dir, "pipelines", name), STARTING, True,
+                          submitted_at=entry.submitted_at if entry else now)
+            self._policies[name] = self._policy()
+            self._launch(entry)
+            return entry, True
+
+    def stop(self, name: str, now: bool = False) -> Entry:
+        """Ask the pipeline's driver to stop at a batch boundary (``now``: at once); it is not restarted."""
+        with self._lock:
+            entry = self.existing(name)
+            entry.wanted = False
+            self._due.pop(name, None)
+            self._restart_after_exit.discard(name)
+            if _alive(entry.pid):
+                entry.status, entry.reason = STOPPING, "stop requested"
+                self._signal(entry.pid, now)
+            else:
+                entry.status, entry.reason = STOPPED, "stopped before its driver ran"
+            return self.registry.put(entry)
+
+    def restart(self, name: str) -> Entry:
+        """Stop the pipeline's driver at a batch boundary, then start a new one from the checkpoint."""
+        with self._lock:
+            entry = self.existing(name)
+            entry.wanted = True
+            if _alive(entry.pid):
+                self._restart_after_exit.add(name)
+                entry.status, entry.reason = RESTARTING, "restart requested"
+                self._signal(entry.pid, False)
+                return self.registry.put(entry)
+            self._policies[name] = self._policy()
+            self._launch(entry)
+            return entry
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            entry = self.existing(name)
+            if entry.status in LIVE:
+                raise Refused(409, f"pipeline {name!r} is {entry.status}; stop it first")
+            self.registry.remove(name)
+
+    def logs(self, name: str, lines: int) -> str:
+        entry = self.existing(name)
+        try:
+            with open(os.path.join(entry.state_dir, "driver.log"), encoding="utf-8", errors="replace") as log:
+                return "".join(log.readlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def existing(self, name: str) -> Entry:
+        entry = self.registry.get(name)
+        if entry is None:
+            known = ", ".join(e.name for e in self.registry.all()) or "none"
+            raise Refused(404, f"no pipeline {name!r} (the server has: {known})")
+        return entry
+
+    # -- checks before a start ----------------------------------------------------------------------
+
+    def _allowed_file(self, file: str) -> str:
+        path = os.path.realpath(file)
+        if not any(os.path.commonpath([path, folder]) == folder for folder in self.allowed):
+            raise Refused(403, f"{file} is outside the directories this server runs files from "
+                               f"({', '.join(self.allowed)}; headrace server --allow DIR adds one)")
+        if not os.path.isfile(path):
+            raise Refused(400, f"no file {file}")
+        return path
+
+    def _pipeline_name(self, path: str) -> str:
+        """The pipeline's name, from ``headrace explain --json`` (which builds the plan without Spark):
+        a pipeline that does not build is refused with its error."""
+        done = subprocess.run([sys.executable, "-m", "headrace.cli", "explain", path, "--json"], capture_output=True,
+                              text=True, timeout=EXPLAIN_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            error = (done.stderr.strip().splitlines() or ["headrace explain failed"])[-1]
+            raise Refused(400, error.removeprefix("headrace: "))
+        return str(json.loads(done.stdout)["pipeline"])
+
+    # -- drivers ------------------------------------------------------------------------------------
+
+    def _launch(self, entry: Entry) -> None:
+        os.makedirs(entry.state_dir, exist_ok=True)
+        exit_file = os.path.join(entry.state_dir, "driver.exit")
+        if os.path.exists(exit_file):
+            os.remove(exit_file)
+        command = [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
+                   "--state-dir", entry.state_dir, "--quiet"]
+        environment = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        with open(os.path.join(entry.state_dir, "driver.log"), "ab") as log:
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, env=environment)
+        self._children[child.pid] = child
+        entry.pid, entry.status, entry.wanted, entry.last_exit = child.pid, RUNNING, True, None
+        entry.reason = "driver started"
+        self.registry.put(entry)
+
+    @staticmethod
+    def _signal(pid: int, now: bool) -> None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            if now:  # a second SIGTERM stops a run at once (headrace/runtime/signals.py)
+                time.sleep(0.2)
+                os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    def _watch(self) -> None:
+        while not self._stop.wait(WATCH_EVERY_S):
+            with self._lock:
+                for entry in self.registry.all():
+                    self._look_at(entry)
+
+    def _look_at(self, entry: Entry) -> None:
+        due = self._due.get(entry.name)
+        if due is not None:
+            if time.time() >= due and entry.wanted:
+                del self._due[entry.name]
+                self._launch(entry)
+            return
+        if entry.status not in LIVE or self._running(entry.pid):
+            return
+        status = self._exit_status(entry)
+        entry.last_exit, entry.pid = status, 0
+        if entry.name in self._restart_after_exit:
+            self._restart_after_exit.discard(entry.name)
+            self._launch(entry)
+        elif not entry.wanted:
+            entry.status, entry.reason = STOPPED, "stopped on request"
+        elif status == 0:
+            entry.status, entry.wanted, entry.reason = FINISHED, False, "its input ended"
+        else:
+            self._after_crash(entry, "killed" if status is None else f"exit status {status}")
+        self.registry.put(entry)
+
+    def _running(self, pid: int) -> bool:
+        child = self._children.get(pid)
+        if child is not None:
+            if child.poll() is None:
+                return True
+            del self._children[pid]
+            return False
+        return _alive(pid)
+
+    @staticmethod
+    def _exit_status(entry: Entry) -> int | None:
+        try:
+            with open(os.path.join(entry.state_dir, "driver.exit"), encoding="utf-8") as status:
+                return int(status.read().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _after_crash(self, entry: Entry, how: str) -> None:
+        policy = self._policies.setdefault(entry.name, self._policy())
+        delay = policy.next_delay(time.time())
+        if delay is None:
+            entry.status, entry.wanted = FAILED, False
+            entry.reason = f"driver {how}; no restart left ({policy.describe()})"
+            return
+        entry.restarts += 1
+        entry.status, entry.reason = RESTARTING, f"driver {how}; restarting from its checkpoint in {delay:g} s"
+        self._due[entry.name] = time.time() + delay
+

@@ -1,0 +1,194 @@
+"""``headrace server`` for real: a server process, pipelines submitted through the CLI, their drivers
+SIGKILLed and restarted, the server itself SIGKILLed and started again, and the API's refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = """import headrace as hr
+
+p = hr.Pipeline("orders_copy")
+p.source("orders", hr.sources.Files({inbox!r}, schema="id long, amount long", max_files_per_batch=1)).sink(
+    "out", hr.sinks.Files({out!r}, format="jsonl"))
+"""
+
+
+def eventually(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Server:
+    """A ``headrace server`` process on a free port, its state in ``state``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.state = folder, folder / "state"
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> Server:
+        address = self.state / "server.json"
+        if address.exists():
+            address.unlink()
+        self.process = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server", "--port", "0", "--state-dir",
+                                         str(self.state), "--allow", str(self.folder)], cwd=self.folder,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        eventually("the server's address", address.exists, 30)
+        self.url = json.loads(address.read_text())["url"]
+        self.token = (self.state / "server.token").read_text()
+        return self
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "headrace.cli", *args, "--state-dir", str(self.state)],
+                              cwd=self.folder, capture_output=True, text=True, timeout=180, check=False)
+
+    def status(self, name: str) -> dict[str, Any]:
+        done = self.cli("status", name, "--json")
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    def call(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+             token: bool = True) -> tuple[int, Any]:
+        given = {"Authorization": f"Bearer {self.token}"} if token else {}
+        request = urllib.request.Request(self.url + path, data=body, method=method,
+                                         headers={**given, **(headers or {})})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.loads(refused.read())
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    running = Server(tmp_path).start()
+    yield running
+    running.close()
+    for entry in json.loads(running.cli("list", "--json").stdout or "[]") if running.process else []:
+        if entry["pid"]:
+            os.killpg(entry["pid"], signal.SIGKILL)
+
+
+def out_rows(out: Path) -> list[tuple[int, int]]:
+    rows = [json.loads(line) for path in sorted(out.glob("part-*")) for line in path.read_text().splitlines()]
+    return sorted((r["id"], r["amount"]) for r in rows)
+
+
+def test_a_submitted_pipeline_survives_a_sigkill_of_its_driver_and_of_the_server(server: Server, tmp_path: Path):
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_text('{"id": 1, "amount": 10}\n{"id": 2, "amount": 20}\n')
+    (tmp_path / "orders.py").write_text(PIPELINE.format(inbox=str(inbox), out=str(out)))
+
+    submitted = server.cli("submit", "orders.py")
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stdout.startswith("orders_copy: running, driver pid "), submitted.stdout
+    first = server.status("orders_copy")
+    again = server.cli("submit", "orders.py", "--json")  # idempotent: the running pipeline, not a second one
+    assert json.loads(again.stdout)["pid"] == first["pid"]
+    eventually("the first file's rows", lambda: len(out_rows(out)) == 2)
+
+    os.killpg(first["pid"], signal.SIGKILL)  # the driver's whole process group: the JVM and the Python workers
+    restarted = eventually("a restarted driver", lambda: (s := server.status("orders_copy"))["pid"] not in (
+        0, first["pid"]) and s)
+    assert (restarted["status"], restarted["restarts"]) == ("running", 1)
+    (inbox / "b.jsonl").write_text('{"id": 3, "amount": 30}\n')
+    eventually("the second file's rows", lambda: len(out_rows(out)) == 3)
+
+    server.kill()  # the drivers do not depend on the server
+    server.start()
+    listed = server.cli("list")
+    assert listed.stdout.startswith(f"orders_copy: running, 1 restart, driver pid {restarted['pid']} "), listed.stdout
+    (inbox / "c.jsonl").write_text('{"id": 4, "amount": 40}\n')
+    eventually("the third file's rows", lambda: len(out_rows(out)) == 4)
+
+    stopped = server.cli("stop", "orders_copy")
+    assert stopped.stdout.startswith("orders_copy: stopping"), stopped.stdout
+    final = eventually("the stop", lambda: (s := server.status("orders_copy"))["status"] == "stopped" and s)
+    assert final["last_exit"] == 0 and final["pid"] == 0
+    assert out_rows(out) == [(1, 10), (2, 20), (3, 30), (4, 40)]  # each record once, through both kills
+
+
+def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Path):
+    (tmp_path / "broken.py").write_text("import headrace as hr\np = hr.Pipeline('broken')\np.source('x', 1)\n")
+    status, spec = server.call("GET", "/api/openapi.json", token=False)
+    assert status == 200 and set(spec["paths"]) == {"/api/pipelines", "/api/pipelines/{name}",
+                                                     "/api/pipelines/{name}/logs", "/api/pipelines/{name}/{action}"}
+    assert server.call("GET", "/api/pipelines", token=False) == (200, [])  # reads on 127.0.0.1 need no token
+    refusals = [
+        (server.call("POST", "/api/pipelines", b'{"file": "x.py"}', token=False), 401, "needs the server's token"),
+        (server.call("GET", "/api/pipelines", headers={"Host": "evil.example:80"}), 403, "Host header"),
+        (server.call("POST", "/api/pipelines", b"{not json"), 400, "the body is not JSON"),
+        (server.call("POST", "/api/pipelines", b'{"file": 3}'), 400, "give the pipeline's file"),
+        (server.call("POST", "/api/pipelines", b'{"file": "a.py", "nmae": "x"}'), 400, "unknown field(s) nmae"),
+        (server.call("POST", "/api/pipelines", b'{"file": "/etc/passwd"}'), 403, "outside the directories"),
+        (server.call("POST", "/api/pipelines", json.dumps({"file": str(tmp_path / "broken.py")}).encode()), 400,
+         "broken.py:3"),
+        (server.call("POST", "/api/pipelines", b"x" * 70_000), 413, "more than 65536"),
+        (server.call("GET", "/api/pipelines/nope"), 404, "no pipeline 'nope'"),
+        (server.call("POST", "/api/pipelines/nope/explode"), 404, "no action 'explode'"),
+        (server.call("GET", "/api/pipelines/nope/logs?lines=many"), 400, "lines must be a whole number"),
+        (server.call("DELETE", "/api/pipelines"), 405, "GET and POST only"),
+    ]
+    for (status, body), expected, message in refusals:
+        assert status == expected and message in body["error"], (status, body)
+    done = server.cli("stop", "nope")
+    assert done.returncode == 1 and "no pipeline 'nope'" in done.stderr
+
+
+def test_the_session_of_docs_control_plane_md_prints_what_it_shows(tmp_path: Path):
+    """``headrace server`` in the repository's root (its state dir from $HEADRACE_STATE_DIR, the default
+    port), then each command of the doc's session, its output as the doc shows it."""
+    doc = (ROOT / "docs" / "control-plane.md").read_text()
+    session = doc.split("<!-- server session -->\n```\n", 1)[1].split("```", 1)[0]
+    steps = [(chunk.split("\n", 1)[0], chunk.split("\n", 1)[1]) for chunk in session.split("$ ")[1:]]
+    environment = {**os.environ, "HEADRACE_STATE_DIR": str(tmp_path / "state")}
+    server = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server"], cwd=ROOT, env=environment,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        eventually("the server", (tmp_path / "state" / "server.json").exists, 30)
+
+        def shown(text: str) -> str:
+            text = re.sub(r"driver pid \d+", "driver pid N", text)
+            return text.replace(str(ROOT), "/home/you/headrace")
+
+        for command, expected in steps:
+            assert command.startswith("headrace ")
+            argv = [sys.executable, "-m", "headrace.cli", *command.split()[1:]]
+
+            def printed(argv: list[str] = argv, expected: str = expected) -> bool:
+                done = subprocess.run(argv, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=180)
+                return shown(done.stdout) == shown(expected)
+
+            eventually(f"{command!r} to print what the doc shows", printed, 120)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
