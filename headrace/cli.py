@@ -284,6 +284,8 @@ def cmd_pipeline_action(args: argparse.Namespace) -> int:
     elif args.command == "logs":
         print(client.call("GET", f"{path}/logs?lines={args.lines}"), end="")
         return 0
+    elif args.command == "upgrade":
+        answer = client.call("POST", f"{path}/upgrade", {"file": os.path.abspath(args.file)})
     else:
         answer = client.call("POST", f"{path}/{args.command}" + ("?now=true" if getattr(args, "now", False) else ""))
     print(json.dumps(answer) if getattr(args, "json", False) else
@@ -404,12 +406,18 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(handler=cmd_list)
     for action, text in (("status", "one pipeline's status on the server"),
                          ("stop", "stop a pipeline on the server at a batch boundary (--now: at once)"),
+                         ("pause", "stop consuming at a batch boundary, keeping the checkpoint"),
+                         ("resume", "go on from a paused pipeline's checkpoint"),
                          ("restart", "restart a pipeline on the server from its checkpoint"),
+                         ("upgrade", "run another file's version of a pipeline from its checkpoint, when the "
+                                     "compatibility rules allow it"),
                          ("logs", "the end of a pipeline's driver log"),
                          ("remove", "forget a stopped pipeline (its state dir stays)")):
         sub = commands.add_parser(action, help=text)
         sub.add_argument("name", metavar="NAME")
-        if action in ("status", "stop", "restart"):
+        if action == "upgrade":
+            sub.add_argument("file", metavar="FILE", help="the pipeline's new file")
+        if action not in ("logs", "remove"):
             sub.add_argument("--json", action="store_true", help="the answer as JSON")
         if action == "stop":
             sub.add_argument("--now", action="store_true", help="stop at once, not at a batch boundary")

@@ -55,9 +55,13 @@ RESTART_WINDOW = Setting("HEADRACE_RESTART_WINDOW", "10min",
                          "the window the restart attempts are counted in: more failures within it end the run")
 RESTART_BACKOFF = Setting("HEADRACE_RESTART_BACKOFF", "1s",
                           "wait before the first restart; doubled for each further restart in the window")
+PROGRESS_LOG = Setting("HEADRACE_PROGRESS_LOG", "",
+                       "file each batch's figures (and the run's totals) are appended to as JSON lines, whatever "
+                       "the display; headrace server sets it for its drivers, and serves the figures at /metrics")
 
 ALL = (MASTER, STATE_DIR, SPARK_UI, SPARK_LOG_LEVEL, SPARK_LOG, CACHE_DIR, RUN_FILES_DIR, JVM_CLASS_ARCHIVE,
-       JARS_DIR, SPARK_PACKAGE_VERSION, DELTA_VERSION, RESTART_ATTEMPTS, RESTART_WINDOW, RESTART_BACKOFF)
+       JARS_DIR, SPARK_PACKAGE_VERSION, DELTA_VERSION, RESTART_ATTEMPTS, RESTART_WINDOW, RESTART_BACKOFF,
+       PROGRESS_LOG)
 
 
 def describe() -> str:

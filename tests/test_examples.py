@@ -444,14 +444,23 @@ def fresh_topics(*names: str) -> None:
 
 def produce(topic: str, records: list[tuple[str | bytes, int | None]]) -> None:
     """(value, record timestamp in epoch ms, or None for the producer's clock) each."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
     def end() -> int:  # the topic's one partition's end offset
-        consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": "headrace-test-ends"})
-        try:
-            return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
-        finally:
-            consumer.close()
+        deadline = time.time() + 60
+        while True:
+            consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": "headrace-test-ends"})
+            try:
+                return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
+            except KafkaException as error:  # a topic just made has no leader for a moment
+                transient = error.args[0].code() in (KafkaError.NOT_LEADER_FOR_PARTITION,
+                                                     KafkaError.LEADER_NOT_AVAILABLE,
+                                                     KafkaError.UNKNOWN_TOPIC_OR_PART)
+                if not transient or time.time() > deadline:
+                    raise
+            finally:
+                consumer.close()
+            time.sleep(0.2)
 
     producer, failed = Producer({"bootstrap.servers": KAFKA}), []
     for _attempt in range(3):  # a topic just made again may take the first writes for the one deleted

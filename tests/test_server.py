@@ -72,7 +72,8 @@ class Server:
                                          headers={**given, **(headers or {})})
         try:
             with urllib.request.urlopen(request, timeout=60) as answer:
-                return answer.status, json.loads(answer.read())
+                text = answer.read().decode()
+                return answer.status, text if answer.headers.get_content_type() == "text/plain" else json.loads(text)
         except urllib.error.HTTPError as refused:
             return refused.code, json.loads(refused.read())
 
@@ -135,12 +136,20 @@ def test_a_submitted_pipeline_survives_a_sigkill_of_its_driver_and_of_the_server
     final = eventually("the stop", lambda: (s := server.status("orders_copy"))["status"] == "stopped" and s)
     assert final["last_exit"] == 0 and final["pid"] == 0
     assert out_rows(out) == [(1, 10), (2, 20), (3, 30), (4, 40)]  # each record once, through both kills
+    status, metrics = server.call("GET", "/metrics")
+    samples = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if not line.startswith("#"))
+    assert status == 200 and "# TYPE headrace_input_records_total counter" in metrics
+    mine = '{pipeline="orders_copy"}'
+    figures = {name.removesuffix(mine): value for name, value in samples.items() if name.endswith(mine)}
+    counted = ("headrace_input_records_total", "headrace_dead_letters_total", "headrace_driver_restarts_total",
+               "headrace_pipeline_running")
+    assert {name: figures.get(name) for name in counted} == dict(zip(counted, ("4", "0", "1", "0"), strict=True))
 
 
 def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Path):
     (tmp_path / "broken.py").write_text("import headrace as hr\np = hr.Pipeline('broken')\np.source('x', 1)\n")
     status, spec = server.call("GET", "/api/openapi.json", token=False)
-    assert status == 200 and set(spec["paths"]) == {"/api/pipelines", "/api/pipelines/{name}",
+    assert status == 200 and set(spec["paths"]) == {"/api/pipelines", "/api/pipelines/{name}", "/metrics",
                                                      "/api/pipelines/{name}/logs", "/api/pipelines/{name}/{action}"}
     assert server.call("GET", "/api/pipelines", token=False) == (200, [])  # reads on 127.0.0.1 need no token
     refusals = [
@@ -192,3 +201,45 @@ def test_the_session_of_docs_control_plane_md_prints_what_it_shows(tmp_path: Pat
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_pause_resume_and_an_upgrade_keep_the_output_exact_and_a_refused_upgrade_changes_nothing(
+        server: Server, tmp_path: Path):
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_text('{"id": 1, "amount": 10}\n')
+    (tmp_path / "orders.py").write_text(PIPELINE.format(inbox=str(inbox), out=str(out)))
+    assert server.cli("submit", "orders.py").returncode == 0
+    eventually("the first file's rows", lambda: len(out_rows(out)) == 1)
+
+    assert server.cli("pause", "orders_copy").returncode == 0
+    paused = eventually("the pause", lambda: (s := server.status("orders_copy"))["status"] == "paused" and s)
+    assert paused["pid"] == 0 and paused["last_exit"] == 0
+    (inbox / "b.jsonl").write_text('{"id": 2, "amount": 20}\n')  # waits in the directory while paused
+    assert server.cli("resume", "orders_copy").returncode == 0
+    eventually("the second file's rows", lambda: len(out_rows(out)) == 2)
+
+    doubled = PIPELINE.replace(').sink(\n', ').select("id", "amount", doubled=hr.col("amount") * 2).sink(\n')
+    (tmp_path / "orders_v2.py").write_text(doubled.format(inbox=str(inbox), out=str(out)))
+    before = server.status("orders_copy")
+    upgraded = server.cli("upgrade", "orders_copy", "orders_v2.py")
+    assert upgraded.returncode == 0, upgraded.stderr
+    after = eventually("the new version", lambda: (s := server.status("orders_copy"))["pid"] not in (
+        0, before["pid"]) and s)
+    assert after["file"] == str(tmp_path / "orders_v2.py") and after["restarts"] == 0
+    (inbox / "c.jsonl").write_text('{"id": 3, "amount": 30}\n')
+    eventually("the third file's rows", lambda: len(out_rows(out)) == 3)
+    rows = [json.loads(line) for path in out.glob("part-*") for line in path.read_text().splitlines()]
+    assert sorted(r.get("doubled") for r in rows if r["id"] == 3) == [60]  # the new code wrote it
+
+    elsewhere = tmp_path / "other_inbox"
+    elsewhere.mkdir()
+    (tmp_path / "orders_v3.py").write_text(PIPELINE.format(inbox=str(elsewhere), out=str(out)))
+    refused = server.cli("upgrade", "orders_copy", "orders_v3.py")
+    assert refused.returncode == 1 and "the upgrade is refused, 'orders_copy' runs on" in refused.stderr
+    assert "orders" in refused.stderr.split("runs on:", 1)[1]  # the reason names the changed source
+    assert server.status("orders_copy")["pid"] == after["pid"]  # the old version was not touched
+
+    assert server.cli("stop", "orders_copy").returncode == 0
+    eventually("the stop", lambda: server.status("orders_copy")["status"] == "stopped")
+    assert out_rows(out) == [(1, 10), (2, 20), (3, 30)]  # each record once, across the pause and the upgrade

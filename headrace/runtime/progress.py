@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, TextIO
 
+from headrace import config
 from headrace.contract import (
     CONTROL_METRIC_PREFIX,
     DEAD_LETTER_METRIC_PREFIX,
@@ -146,8 +148,12 @@ class ProgressDisplay:
         self.mode = mode
         self.stream = stream or (sys.stdout if mode == "json" else sys.stderr)
         self.interactive = self.stream.isatty()
+        self.log_path = config.PROGRESS_LOG.get()  # every batch's figures as JSON lines, whatever the mode
 
     def batch(self, figures: dict[str, Any], totals: dict[str, int], restarts: int) -> None:
+        if self.log_path:
+            self._log({**figures, **{f"total_{name}": value for name, value in totals.items()}, "restarts": restarts,
+                       "at": round(time.time(), 3)})
         if self.mode == "json":
             self._write(json.dumps({**figures, "total_dead_letters": totals["dead_letters"], "restarts": restarts}))
         elif self.mode == "line":
@@ -166,6 +172,10 @@ class ProgressDisplay:
                                                 "error": str(error)}}))
         elif self.mode == "line":
             self._write(f"restart {number} ({policy}) in {delay_s:g} s after: {error}")
+
+    def _log(self, figures: dict[str, Any]) -> None:
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(json.dumps(figures) + "\n")
 
     def _write(self, text: str, in_place: bool = False) -> None:
         """One line; on a terminal the batch line is rewritten in place and other lines go below it."""

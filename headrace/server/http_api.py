@@ -17,11 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from headrace.server.supervisor import Refused, Supervisor
+from headrace.server.metrics import Metrics
+from headrace.server.supervisor import PROGRESS_FILE, Refused, Supervisor
 
 MAX_BODY = 64 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-ACTIONS = ("stop", "restart", "remove")
+ACTIONS = ("stop", "pause", "resume", "restart", "upgrade", "remove")
 PIPELINE = re.compile(r"^/api/pipelines/([^/]+)$")
 ACTION = re.compile(r"^/api/pipelines/([^/]+)/([a-z]+)$")
 LOGS = re.compile(r"^/api/pipelines/([^/]+)/logs$")
@@ -51,7 +52,7 @@ OPENAPI: dict[str, Any] = {
             "Pipeline": {"type": "object", "properties": {
                 "name": {"type": "string"}, "file": {"type": "string"}, "state_dir": {"type": "string"},
                 "status": {"type": "string", "enum": ["starting", "running", "restarting", "stopping", "stopped",
-                                                      "finished", "failed"]},
+                                                      "paused", "finished", "failed"]},
                 "wanted": {"type": "boolean"}, "pid": {"type": "integer"}, "restarts": {"type": "integer"},
                 "last_exit": {"type": "integer", "nullable": True}, "reason": {"type": "string"},
                 "submitted_at": {"type": "number"}, "updated_at": {"type": "number"}}},
@@ -72,6 +73,8 @@ OPENAPI: dict[str, Any] = {
                                    "400": _error("bad input, or a pipeline that does not build"),
                                    "401": _error("no token"), "403": _error("a file outside the allowed directories"),
                                    "409": _error("the name runs another file")}}},
+        "/metrics": {"get": {"summary": "every pipeline's figures, in Prometheus's text format", "responses": {
+            "200": {"description": "the metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
         "/api/pipelines/{name}": {"get": {
             "summary": "one pipeline", "parameters": [_name_parameter()],
             "responses": {"200": {"description": "the pipeline", **_PIPELINE_REF}, "404": _error("no such pipeline")}}},
@@ -81,11 +84,14 @@ OPENAPI: dict[str, Any] = {
             "responses": {"200": {"description": "the log's last lines", "content": {"text/plain": {
                 "schema": {"type": "string"}}}}, "400": _error("bad input"), "404": _error("no such pipeline")}}},
         "/api/pipelines/{name}/{action}": {"post": {
-            "summary": "stop (at a batch boundary; ?now=true at once), restart from the checkpoint, or remove a "
-                       "stopped pipeline",
+            "summary": "stop (at a batch boundary; ?now=true at once), pause (at a batch boundary) and resume, "
+                       "restart from the checkpoint, upgrade to another file (body {\"file\": ...}; refused with "
+                       "the reasons when its checkpoint cannot be kept), or remove a stopped pipeline",
             "parameters": [_name_parameter(), {"name": "action", "in": "path", "required": True,
                                                "schema": {"type": "string", "enum": list(ACTIONS)}},
                            {"name": "now", "in": "query", "schema": {"type": "boolean"}}],
+            "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"file": {"type": "string"}}}}}},
             "responses": {"200": {"description": "done", **_PIPELINE_REF}, "400": _error("bad input"),
                           "401": _error("no token"), "404": _error("no such pipeline or action"),
                           "409": _error("not in a state for it")}}},
@@ -98,6 +104,7 @@ class Api:
 
     def __init__(self, supervisor: Supervisor, token: str, host: str, port: int) -> None:
         self.supervisor, self.token, self.host = supervisor, token, host
+        self.metrics = Metrics(PROGRESS_FILE)
         self.bound(port)
 
     def bound(self, port: int) -> None:
@@ -147,6 +154,8 @@ class Handler(BaseHTTPRequestHandler):
         path = url.path.rstrip("/") or "/"
         if path == "/api/openapi.json" and method == "GET":
             return 200, OPENAPI
+        if path == "/metrics" and method == "GET":
+            return 200, api.metrics.exposition(api.supervisor.registry.all())
         if path == "/api/pipelines":
             if method == "GET":
                 return 200, [entry.public() for entry in api.supervisor.registry.all()]
@@ -173,8 +182,13 @@ class Handler(BaseHTTPRequestHandler):
                 raise Refused(404, f"no action {action!r}: the actions are {', '.join(ACTIONS)}")
             if action == "stop":
                 return 200, api.supervisor.stop(name, now=_boolean(query.get("now", "false"), "now")).public()
-            if action == "restart":
-                return 200, api.supervisor.restart(name).public()
+            if action in ("pause", "resume", "restart"):
+                return 200, getattr(api.supervisor, action)(name).public()
+            if action == "upgrade":
+                file = self._json_body().get("file")
+                if not isinstance(file, str) or not file:
+                    raise Refused(400, "give the new file as \"file\": a path on the server's machine")
+                return 200, api.supervisor.upgrade(name, file).public()
             api.supervisor.remove(name)
             return 200, {"removed": name}
         raise Refused(404, f"no {method} {url.path}: see /api/openapi.json")

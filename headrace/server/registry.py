@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 # A pipeline's status: what its driver is doing, as the supervisor last saw it.
-STARTING, RUNNING, RESTARTING, STOPPING, STOPPED, FINISHED, FAILED = (
-    "starting", "running", "restarting", "stopping", "stopped", "finished", "failed")
+STARTING, RUNNING, RESTARTING, STOPPING, STOPPED, PAUSED, FINISHED, FAILED = (
+    "starting", "running", "restarting", "stopping", "stopped", "paused", "finished", "failed")
 LIVE = (STARTING, RUNNING, RESTARTING, STOPPING)
 
 

@@ -26,6 +26,7 @@ from headrace.server.registry import (
     FAILED,
     FINISHED,
     LIVE,
+    PAUSED,
     RESTARTING,
     RUNNING,
     STARTING,
@@ -35,6 +36,7 @@ from headrace.server.registry import (
     Registry,
 )
 
+PROGRESS_FILE = "progress.jsonl"  # each batch's figures, written by the driver (HEADRACE_PROGRESS_LOG)
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 WATCH_EVERY_S = 0.25
 EXPLAIN_TIMEOUT_S = 120.0
@@ -69,7 +71,7 @@ class Supervisor:
         self._policy, self._policies = policy, dict[str, RestartPolicy]()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._due: dict[str, float] = {}  # a restart waiting for its backoff: when it is due
-        self._restart_after_exit: set[str] = set()
+        self._after_exit: dict[str, Callable[[Entry], None]] = {}  # what follows a driver asked to end
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="headrace-supervisor", daemon=True)
@@ -110,31 +112,79 @@ class Supervisor:
 
     def stop(self, name: str, now: bool = False) -> Entry:
         """Ask the pipeline's driver to stop at a batch boundary (``now``: at once); it is not restarted."""
+        return self._end_driver(name, "stop requested", self._stopped, now=now)
+
+    def pause(self, name: str) -> Entry:
+        """Stop consuming at a batch boundary, keeping the checkpoint: ``resume`` goes on from it."""
+        return self._end_driver(name, "pause requested", self._paused)
+
+    def resume(self, name: str) -> Entry:
         with self._lock:
             entry = self.existing(name)
-            entry.wanted = False
-            self._due.pop(name, None)
-            self._restart_after_exit.discard(name)
-            if _alive(entry.pid):
-                entry.status, entry.reason = STOPPING, "stop requested"
-                self._signal(entry.pid, now)
-            else:
-                entry.status, entry.reason = STOPPED, "stopped before its driver ran"
-            return self.registry.put(entry)
+            if entry.status != PAUSED:
+                raise Refused(409, f"pipeline {name!r} is {entry.status}, not paused")
+            self._policies[name] = self._policy()
+            self._launch(entry)
+            return entry
 
     def restart(self, name: str) -> Entry:
         """Stop the pipeline's driver at a batch boundary, then start a new one from the checkpoint."""
         with self._lock:
             entry = self.existing(name)
-            entry.wanted = True
-            if _alive(entry.pid):
-                self._restart_after_exit.add(name)
-                entry.status, entry.reason = RESTARTING, "restart requested"
-                self._signal(entry.pid, False)
+            if not self._running(entry.pid):
+                self._policies[name] = self._policy()
+                self._launch(entry)
+                return entry
+            return self._end_driver(name, "restart requested", self._launch, status=RESTARTING)
+
+    def upgrade(self, name: str, file: str) -> Entry:
+        """Run ``file``'s pipeline in place of the running one, from its checkpoint, once the compatibility
+        rules (``headrace explain --against-checkpoint``) allow it; otherwise refused, and the old one runs on."""
+        path = self._allowed_file(file)
+        entry = self.existing(name)
+        built, running = self._pipeline_name(path), self._pipeline_name(entry.file)
+        if built != running:
+            raise Refused(409, f"{file} builds pipeline {built!r}, not {running!r}: its checkpoint is another one; "
+                               "submit it as a pipeline of its own")
+        verdict = subprocess.run([sys.executable, "-m", "headrace.cli", "explain", path, "--against-checkpoint",
+                                  "--state-dir", entry.state_dir], capture_output=True, text=True,
+                                 timeout=EXPLAIN_TIMEOUT_S, check=False)
+        if verdict.returncode != 0:
+            reasons = "; ".join(line.strip() for line in (verdict.stdout + verdict.stderr).splitlines() if line.strip())
+            raise Refused(409, f"the upgrade is refused, {entry.name!r} runs on: {reasons}")
+
+        def take_over(ended: Entry) -> None:
+            ended.file = path
+            self._launch(ended)
+
+        with self._lock:
+            if self._running(entry.pid):
+                return self._end_driver(name, f"upgrade to {path} requested", take_over, status=RESTARTING)
+            entry.file = path
+            return self.registry.put(entry)
+
+    def _end_driver(self, name: str, why: str, then: Callable[[Entry], None], *, now: bool = False,
+                    status: str = STOPPING) -> Entry:
+        """Ask the driver to stop (at a batch boundary unless ``now``), and do ``then`` once it has."""
+        with self._lock:
+            entry = self.existing(name)
+            self._due.pop(name, None)
+            if not self._running(entry.pid):
+                entry.pid = 0
+                then(entry)
                 return self.registry.put(entry)
-            self._policies[name] = self._policy()
-            self._launch(entry)
-            return entry
+            self._after_exit[name] = then
+            entry.status, entry.reason = status, why
+            self._signal(entry.pid, now)
+            return self.registry.put(entry)
+
+    @staticmethod
+    def _stopped(entry: Entry) -> None:
+        entry.status, entry.wanted, entry.reason = STOPPED, False, "stopped on request"
+
+    @staticmethod
+    def _paused(entry: Entry) -> None:
+        entry.status, entry.wanted, entry.reason = PAUSED, False, "paused at a batch boundary; resume goes on"
 
     def remove(self, name: str) -> None:
         with self._lock:
@@ -188,7 +238,8 @@ class Supervisor:
             os.remove(exit_file)
         command = [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
                    "--state-dir", entry.state_dir, "--quiet"]
-        environment = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        environment = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+                       "HEADRACE_PROGRESS_LOG": os.path.join(entry.state_dir, PROGRESS_FILE)}
         with open(os.path.join(entry.state_dir, "driver.log"), "ab") as log:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True, env=environment)
@@ -224,11 +275,11 @@ class Supervisor:
             return
         status = self._exit_status(entry)
         entry.last_exit, entry.pid = status, 0
-        if entry.name in self._restart_after_exit:
-            self._restart_after_exit.discard(entry.name)
-            self._launch(entry)
+        then = self._after_exit.pop(entry.name, None)
+        if then is not None:
+            then(entry)
         elif not entry.wanted:
-            entry.status, entry.reason = STOPPED, "stopped on request"
+            self._stopped(entry)
         elif status == 0:
             entry.status, entry.wanted, entry.reason = FINISHED, False, "its input ended"
         else:
