@@ -58,6 +58,10 @@ the end of its input. The sink's rows (a Kafka topic read ``read_committed``) ar
 compared, as a multiset, with the windows computed here from the generator's events,
 without headrace.
 
+With ``--supervised`` the pipeline is submitted to ``headrace server`` and the server's supervisor
+restarts each killed driver (``benchmarks/chaos_supervised.py``); recovery is then timed from the
+kill itself.
+
 Recovery is the time from starting a driver again to the first batch it commits (a new file
 in ``<checkpoint>/commits/``). Besides one line per kill and a breakdown of where a restart's
 time goes, the command ends with exactly one line::
@@ -959,12 +963,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rows-per-batch", type=int, default=1_000, help="events per micro-batch (default 1,000)")
     parser.add_argument("--work", help="working directory (default: a new temporary one, removed at the end)")
     parser.add_argument("--keep", action="store_true", help="keep the working directory and the table")
+    parser.add_argument("--supervised", action="store_true",
+                        help="submit the pipeline to headrace server, whose supervisor restarts each killed driver "
+                             "(benchmarks/chaos_supervised.py; generator source only)")
     parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--name", help=argparse.SUPPRESS)
     parser.add_argument("--phases", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.kills < 0 or args.rows_per_batch < 1:
         parser.error("--kills must be >= 0 and --rows-per-batch >= 1")
+    if args.supervised and args.source != "generator":
+        parser.error("--supervised runs the generator source only")
     return args
 
 
@@ -981,14 +990,23 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or tempfile.mkdtemp(prefix="headrace-chaos-")
     os.makedirs(work, exist_ok=True)
     events = args.events or args.rows_per_batch * max(40, 4 * args.kills + 12)
-    setup = Setup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch, args.seed,
-                  args.source, args.servers, args.pipeline)
+    if args.supervised:
+        from benchmarks.chaos_supervised import SupervisedSetup, supervised_chaos
+
+        setup: Setup = SupervisedSetup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch,
+                                       args.seed, args.source, args.servers, args.pipeline)
+    else:
+        setup = Setup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch, args.seed,
+                      args.source, args.servers, args.pipeline)
     origin = {"generator": "", "kafka": f" from Kafka ({setup.servers})", "redis": " from a Redis stream",
               "postgres-cdc": " from PostgreSQL's changes"}[args.source]
     say(f"chaos: {events:,} events{origin} in batches of {args.rows_per_batch:,} into {args.sink}, "
         f"{args.kills} kills, seed {args.seed}, work {work}")
     try:
-        killed, recoveries, ok = chaos(setup, args.kills, args.seed, say)
+        if args.supervised:
+            killed, recoveries, ok = supervised_chaos(setup, args.kills, args.seed, say)  # type: ignore[arg-type]
+        else:
+            killed, recoveries, ok = chaos(setup, args.kills, args.seed, say)
     finally:
         if not args.keep:
             try:

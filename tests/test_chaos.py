@@ -66,10 +66,12 @@ def test_a_kill_of_a_join_chained_into_a_window_between_the_commits_loses_and_du
     _one_kill(tmp_path, "--sink", "files", "--pipeline", "join")
 
 
-def test_a_kill_of_an_sql_join_of_windowed_aggregates_between_the_commits_loses_and_duplicates_nothing(tmp_path):
+def test_a_supervised_sql_join_of_windowed_aggregates_killed_between_the_commits_loses_and_duplicates_nothing(
+        tmp_path):
     """A generator -> NEXMark q5's SQL (counts per user and window, joined to each window's largest
-    count: the stream read twice, an aggregate of an aggregate, a join) -> files."""
-    _one_kill(tmp_path, "--sink", "files", "--pipeline", "sql")
+    count: the stream read twice, an aggregate of an aggregate, a join) -> files, submitted to
+    ``headrace server``, whose supervisor restarts the killed driver."""
+    _one_kill(tmp_path, "--sink", "files", "--pipeline", "sql", "--supervised")
 
 
 def test_a_kill_of_a_kafka_pipeline_between_the_commits_loses_and_duplicates_nothing(tmp_path):
