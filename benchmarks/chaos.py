@@ -966,6 +966,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--supervised", action="store_true",
                         help="submit the pipeline to headrace server, whose supervisor restarts each killed driver "
                              "(benchmarks/chaos_supervised.py; generator source only)")
+    parser.add_argument("--standby", action="store_true",
+                        help="with --supervised: the server keeps a warm standby driver (headrace server --standby)")
     parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--name", help=argparse.SUPPRESS)
     parser.add_argument("--phases", help=argparse.SUPPRESS)
@@ -994,7 +996,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.chaos_supervised import SupervisedSetup, supervised_chaos
 
         setup: Setup = SupervisedSetup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch,
-                                       args.seed, args.source, args.servers, args.pipeline)
+                                       args.seed, args.source, args.servers, args.pipeline, args.standby)
     else:
         setup = Setup(args.sink, work, f"chaos_{uuid.uuid4().hex[:8]}", events, args.rows_per_batch, args.seed,
                       args.source, args.servers, args.pipeline)

@@ -43,7 +43,10 @@ SERVER_SETTINGS = {"HEADRACE_RESTART_ATTEMPTS": "1000", "HEADRACE_RESTART_BACKOF
 
 @dataclass(frozen=True)
 class SupervisedSetup(Setup):
-    """The run's setup with the pipeline's state where the server keeps it."""
+    """The run's setup with the pipeline's state where the server keeps it; ``standby``: the server keeps a
+    warm standby driver (``headrace server --standby``)."""
+
+    standby: bool = False
 
     @property
     def server_dir(self) -> str:
@@ -102,7 +105,7 @@ def _cli(setup: SupervisedSetup, *args: str) -> subprocess.CompletedProcess[str]
 
 def _pipeline_file(setup: SupervisedSetup) -> str:
     path = os.path.join(setup.work, "pipeline.py")
-    fields = {k: v for k, v in asdict(setup).items()}
+    fields = {k: v for k, v in asdict(setup).items() if k in Setup.__dataclass_fields__}
     with open(path, "w", encoding="utf-8") as out:
         out.write(f"import sys\nsys.path.insert(0, {REPOSITORY!r})\n"
                   "from benchmarks.chaos import Setup, build_pipeline\n"
@@ -127,7 +130,8 @@ def supervised_chaos(setup: SupervisedSetup, kills: int, seed: int,
     between = set(rng.sample(range(kills), k=max(1, kills // 3))) if kills else set()
     os.makedirs(setup.server_dir, exist_ok=True)
     server = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server", "--port", "0", "--state-dir",
-                               setup.server_dir, "--allow", setup.work], cwd=setup.work,
+                               setup.server_dir, "--allow", setup.work, *["--standby"] * setup.standby],
+                              cwd=setup.work,
                               env={**os.environ, **SERVER_SETTINGS, "PYSPARK_PYTHON": sys.executable},
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     sink = SinkCommits(setup)

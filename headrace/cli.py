@@ -241,7 +241,8 @@ def _report(result: Any, args: argparse.Namespace) -> None:
 def cmd_server(args: argparse.Namespace) -> int:
     from headrace.server.service import run_server
 
-    run_server(args.state_dir or config.STATE_DIR.get(), args.host, args.port, args.allow or [os.getcwd()])
+    run_server(args.state_dir or config.STATE_DIR.get(), args.host, args.port, args.allow or [os.getcwd()],
+               standby=args.standby)
     return 0
 
 
@@ -384,6 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--allow", action="append", metavar="DIR",
                         help="a directory submitted pipeline files may be in (repeat for more; default: the "
                              "directory the server starts in)")
+    server.add_argument("--standby", action="store_true",
+                        help="keep a warm standby driver (Spark's JVM and session, Python workers started) to take "
+                             "the next pipeline to start, a restart after a crash above all")
     server.set_defaults(handler=cmd_server)
 
     def client_options(sub: argparse.ArgumentParser) -> None:

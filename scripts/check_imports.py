@@ -44,7 +44,7 @@ LAYERS = (
     ("driver", ("headrace.runtime",)),
     ("front doors", ("headrace.api", "headrace")),
     ("server", ("headrace.server",)),
-    ("top", ("headrace.cli", "headrace.demo", "headrace.scaffold", "headrace.testing")),
+    ("top", ("headrace.cli", "headrace.demo", "headrace.scaffold", "headrace.testing", "headrace.standby")),
 )
 
 

@@ -44,12 +44,12 @@ class Server:
         self.folder, self.state = folder, folder / "state"
         self.process: subprocess.Popen[str] | None = None
 
-    def start(self) -> Server:
+    def start(self, *options: str) -> Server:
         address = self.state / "server.json"
         if address.exists():
             address.unlink()
         self.process = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server", "--port", "0", "--state-dir",
-                                         str(self.state), "--allow", str(self.folder)], cwd=self.folder,
+                                         str(self.state), "--allow", str(self.folder), *options], cwd=self.folder,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         eventually("the server's address", address.exists, 30)
         self.url = json.loads(address.read_text())["url"]
@@ -98,9 +98,16 @@ def server(tmp_path: Path):
             os.killpg(entry["pid"], signal.SIGKILL)
 
 
+def committed(out: Path) -> list[dict[str, Any]]:
+    """The rows of the files Spark's file sink committed (a batch a killed driver wrote but did not commit
+    leaves a file that its log does not list)."""
+    from headrace.connectors.files_sink import read_rows
+
+    return list(read_rows(str(out), "jsonl")) if (out / "_spark_metadata").exists() else []
+
+
 def out_rows(out: Path) -> list[tuple[int, int]]:
-    rows = [json.loads(line) for path in sorted(out.glob("part-*")) for line in path.read_text().splitlines()]
-    return sorted((r["id"], r["amount"]) for r in rows)
+    return sorted((r["id"], r["amount"]) for r in committed(out))
 
 
 def test_a_submitted_pipeline_survives_a_sigkill_of_its_driver_and_of_the_server(server: Server, tmp_path: Path):
@@ -229,8 +236,7 @@ def test_pause_resume_and_an_upgrade_keep_the_output_exact_and_a_refused_upgrade
     assert after["file"] == str(tmp_path / "orders_v2.py") and after["restarts"] == 0
     (inbox / "c.jsonl").write_text('{"id": 3, "amount": 30}\n')
     eventually("the third file's rows", lambda: len(out_rows(out)) == 3)
-    rows = [json.loads(line) for path in out.glob("part-*") for line in path.read_text().splitlines()]
-    assert sorted(r.get("doubled") for r in rows if r["id"] == 3) == [60]  # the new code wrote it
+    assert [r.get("doubled") for r in committed(out) if r["id"] == 3] == [60]  # the new code wrote it
 
     elsewhere = tmp_path / "other_inbox"
     elsewhere.mkdir()
@@ -243,3 +249,38 @@ def test_pause_resume_and_an_upgrade_keep_the_output_exact_and_a_refused_upgrade
     assert server.cli("stop", "orders_copy").returncode == 0
     eventually("the stop", lambda: server.status("orders_copy")["status"] == "stopped")
     assert out_rows(out) == [(1, 10), (2, 20), (3, 30)]  # each record once, across the pause and the upgrade
+
+
+def test_a_warm_standby_driver_takes_the_pipeline_and_a_crash_it_then_has_is_restarted(tmp_path: Path):
+    """``headrace server --standby``: once the standby is ready (its JVM, session and Python workers
+    started), a submit hands it the pipeline; killed, the pipeline comes back (from a new standby or a
+    new driver) with each record written once."""
+    server = Server(tmp_path).start("--standby")
+    try:
+        eventually("a ready standby", lambda: list((server.state / "standby").glob("*/ready")), 180)
+        inbox, out = tmp_path / "inbox", tmp_path / "out"
+        inbox.mkdir()
+        (inbox / "a.jsonl").write_text('{"id": 1, "amount": 10}\n')
+        (tmp_path / "orders.py").write_text(PIPELINE.format(inbox=str(inbox), out=str(out)))
+        assert server.cli("submit", "orders.py").returncode == 0
+        first = server.status("orders_copy")
+        assert first["reason"] == "a warm standby driver took it"
+        eventually("the first file's rows", lambda: len(out_rows(out)) == 1)
+        os.killpg(first["pid"], signal.SIGKILL)
+        eventually("a restarted driver", lambda: server.status("orders_copy")["pid"] not in (0, first["pid"]))
+        (inbox / "b.jsonl").write_text('{"id": 2, "amount": 20}\n')
+        eventually("the second file's rows", lambda: len(out_rows(out)) == 2)
+        assert server.cli("stop", "orders_copy").returncode == 0
+        eventually("the stop", lambda: server.status("orders_copy")["status"] == "stopped")
+        assert out_rows(out) == [(1, 10), (2, 20)]
+    finally:
+        server.close()
+        standbys = [int(p.read_text()) for p in (server.state / "standby").glob("*/pid")]
+
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    eventually("no standby left running", lambda: not [pid for pid in standbys if running(pid)], 30)

@@ -36,10 +36,12 @@ def token(state_dir: str) -> str:
     return made
 
 
-def run_server(state_dir: str, host: str, port: int, allowed: list[str], say: Callable[[str], None] = print) -> None:
-    """Serve until SIGTERM or Ctrl-C. The drivers go on running when the server ends."""
+def run_server(state_dir: str, host: str, port: int, allowed: list[str], standby: bool = False,
+               say: Callable[[str], None] = print) -> None:
+    """Serve until SIGTERM or Ctrl-C. The drivers go on running when the server ends. ``standby``:
+    keep a warm standby driver ready (``headrace/server/standby_pool.py``)."""
     os.makedirs(state_dir, exist_ok=True)
-    supervisor = Supervisor(Registry(os.path.join(state_dir, "server.sqlite")), state_dir, allowed)
+    supervisor = Supervisor(Registry(os.path.join(state_dir, "server.sqlite")), state_dir, allowed, standby=standby)
     api = Api(supervisor, token(state_dir), host, port)
     http = serve(api)
     port = http.server_address[1]

@@ -35,6 +35,7 @@ from headrace.server.registry import (
     Entry,
     Registry,
 )
+from headrace.server.standby_pool import NEEDS_COLD_START, StandbyPool, process_alive
 
 PROGRESS_FILE = "progress.jsonl"  # each batch's figures, written by the driver (HEADRACE_PROGRESS_LOG)
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -50,23 +51,13 @@ class Refused(Exception):
         self.status = status
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    if pid <= 0:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-
-
 class Supervisor:
     """Starts, watches, restarts and stops the drivers of the pipelines in ``registry``."""
 
     def __init__(self, registry: Registry, state_dir: str, allowed: list[str],
-                 policy: Callable[[], RestartPolicy] = RestartPolicy.of) -> None:
+                 policy: Callable[[], RestartPolicy] = RestartPolicy.of, standby: bool = False) -> None:
         self.registry, self.state_dir = registry, os.path.abspath(state_dir)
+        self.standbys = StandbyPool(os.path.join(self.state_dir, "standby")) if standby else None
         self.allowed = [os.path.realpath(folder) for folder in allowed]
         self._policy, self._policies = policy, dict[str, RestartPolicy]()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -82,9 +73,11 @@ class Supervisor:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop watching; the drivers go on running."""
+        """Stop watching; the drivers go on running (an idle standby ends)."""
         self._stop.set()
         self._thread.join(timeout=5)
+        if self.standbys is not None:
+            self.standbys.close()
 
     # -- requests -----------------------------------------------------------------------------------
 
@@ -231,21 +224,26 @@ class Supervisor:
 
     # -- drivers ------------------------------------------------------------------------------------
 
-    def _launch(self, entry: Entry) -> None:
+    def _launch(self, entry: Entry, cold: bool = False) -> None:
+        """Start the pipeline's driver: a warm standby's when one is ready (and not ``cold``), else a new one."""
         os.makedirs(entry.state_dir, exist_ok=True)
         exit_file = os.path.join(entry.state_dir, "driver.exit")
         if os.path.exists(exit_file):
             os.remove(exit_file)
-        command = [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
-                   "--state-dir", entry.state_dir, "--quiet"]
-        environment = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-                       "HEADRACE_PROGRESS_LOG": os.path.join(entry.state_dir, PROGRESS_FILE)}
-        with open(os.path.join(entry.state_dir, "driver.log"), "ab") as log:
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=environment)
+        log, progress = os.path.join(entry.state_dir, "driver.log"), os.path.join(entry.state_dir, PROGRESS_FILE)
+        job = {"file": entry.file, "state_dir": entry.state_dir, "log": log, "progress_log": progress,
+               "exit_file": exit_file}
+        child = None if cold or self.standbys is None else self.standbys.take(job)
+        entry.reason = "a warm standby driver took it" if child is not None else "driver started"
+        if child is None:
+            command = [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
+                       "--state-dir", entry.state_dir, "--quiet"]
+            environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "HEADRACE_PROGRESS_LOG": progress}
+            with open(log, "ab") as out:
+                child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True, env=environment)
         self._children[child.pid] = child
         entry.pid, entry.status, entry.wanted, entry.last_exit = child.pid, RUNNING, True, None
-        entry.reason = "driver started"
         self.registry.put(entry)
 
     @staticmethod
@@ -261,6 +259,8 @@ class Supervisor:
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_EVERY_S):
             with self._lock:
+                if self.standbys is not None:
+                    self.standbys.tend()
                 for entry in self.registry.all():
                     self._look_at(entry)
 
@@ -278,6 +278,8 @@ class Supervisor:
         then = self._after_exit.pop(entry.name, None)
         if then is not None:
             then(entry)
+        elif status == NEEDS_COLD_START and entry.wanted:  # a standby that could not take it
+            self._launch(entry, cold=True)
         elif not entry.wanted:
             self._stopped(entry)
         elif status == 0:
@@ -293,7 +295,7 @@ class Supervisor:
                 return True
             del self._children[pid]
             return False
-        return _alive(pid)
+        return process_alive(pid)
 
     @staticmethod
     def _exit_status(entry: Entry) -> int | None:
