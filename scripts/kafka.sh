@@ -229,7 +229,8 @@ start() {
   bootstrap=$(bootstrap_of "$brokers" "$port")
   for ((i = 1; i <= brokers; i++)); do
     until listening $((port + i - 1)); do
-      if ! node_pid "$i" >/dev/null; then
+      # the process itself, not node_pid: just after the fork its command line is still this shell's
+      if ! kill -0 "$(cat "$dir/node-$i/kafka.pid" 2>/dev/null)" 2>/dev/null; then
         tail -30 "$dir/node-$i/server.log" "$dir/node-$i/kafka.out" >&2 2>/dev/null || true
         die "node $i exited while starting; its log: $dir/node-$i/server.log"
       fi
