@@ -555,23 +555,27 @@ class Driver:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the process group, and the processes that left it (Spark's Python worker
-        daemon makes a group of its own): like a machine losing power."""
-        strays = _descendants(self.proc.pid)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for pid in strays:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_group(self.proc.pid)
         self.proc.wait()
 
     def failure(self) -> str:
         tail = self.log.read_text(errors="replace").strip().splitlines()[-15:]
         return f"driver {self.number} exited with status {self.proc.returncode}:\n  " + "\n  ".join(tail)
+
+
+def kill_group(leader: int) -> None:
+    """SIGKILL ``leader``'s process group, and the processes that left it (Spark's Python worker
+    daemon makes a group of its own): like a machine losing power."""
+    strays = _descendants(leader)
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in strays:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def cpu_seconds(root: int) -> float:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -30,12 +29,13 @@ from benchmarks.chaos import (
     ChaosFailed,
     Setup,
     SinkCommits,
-    _descendants,
+    kill_group,
     kill_somewhere,
     last_commit,
     verify,
     wait_for,
 )
+from headrace.server.standby_pool import process_alive
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER_SETTINGS = {"HEADRACE_RESTART_ATTEMPTS": "1000", "HEADRACE_RESTART_BACKOFF": "0s"}
@@ -74,23 +74,10 @@ class ServerDriver:
         return dict(client.call("GET", client.pipeline(self.setup.name)))
 
     def alive(self) -> bool:
-        try:
-            with open(f"/proc/{self.pid}/stat", encoding="utf-8") as stat:
-                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except (FileNotFoundError, IndexError):
-            return False
+        return process_alive(self.pid)
 
     def kill(self) -> None:
-        strays = _descendants(self.pid)
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for pid in strays:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_group(self.pid)
 
     def failure(self) -> str:
         status = self.status()

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 
+from headrace.server.driver import write_exit_status
 from headrace.server.standby_pool import NEEDS_COLD_START
 
 POLL_S = 0.02
@@ -39,12 +40,6 @@ def _assignment(folder: str) -> dict[str, str]:
         return dict(json.load(assigned))
 
 
-def _write_status(path: str, status: int) -> None:
-    with open(f"{path}.tmp", "w", encoding="utf-8") as out:
-        out.write(str(status))
-    os.replace(f"{path}.tmp", path)
-
-
 def main(argv: list[str]) -> int:
     folder = argv[0]
     _warm(folder)
@@ -61,10 +56,10 @@ def main(argv: list[str]) -> int:
     from headrace.cli import main as headrace_main
 
     if load_pipeline(job["file"]).plan.spark_packages():
-        _write_status(job["exit_file"], NEEDS_COLD_START)
+        write_exit_status(job["exit_file"], NEEDS_COLD_START)
         return NEEDS_COLD_START
     status = headrace_main(["run", job["file"], "--state-dir", job["state_dir"], "--quiet"])
-    _write_status(job["exit_file"], status)
+    write_exit_status(job["exit_file"], status)
     return status
 
 

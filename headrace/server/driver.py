@@ -18,11 +18,15 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, _frame: child.send_signal(number))
     status = child.wait()
-    temporary = f"{exit_file}.tmp"
-    with open(temporary, "w", encoding="utf-8") as out:
-        out.write(str(status))
-    os.replace(temporary, exit_file)
+    write_exit_status(exit_file, status)
     return status
+
+
+def write_exit_status(exit_file: str, status: int) -> None:
+    """The driver's exit status, written whole (a reader never sees half of it)."""
+    with open(f"{exit_file}.tmp", "w", encoding="utf-8") as out:
+        out.write(str(status))
+    os.replace(f"{exit_file}.tmp", exit_file)
 
 
 if __name__ == "__main__":
