@@ -12,6 +12,7 @@ import importlib.util
 import json
 import logging
 import os
+import shlex
 import sys
 from types import ModuleType
 from typing import Any
@@ -294,6 +295,22 @@ def cmd_pipeline_action(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_query(args: argparse.Namespace) -> int:
+    answer = _client(args).query(args.name, args.view, args.key, prefix=args.prefix, cursor=args.cursor,
+                                 limit=args.limit, min_batch=args.min_batch, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(answer))
+        return 0
+    rows = [answer] if args.key is not None else answer["rows"]
+    for row in rows:
+        print(f"{row['key']}\t{json.dumps(row['value'])}")
+    watermark = f", watermark {answer['watermark']}" if answer.get("watermark") else ""
+    print(f"(view {answer['view']} as of batch {answer['batch_id']}{watermark})")
+    if answer.get("next_cursor") is not None:
+        print(f"(more: --cursor {shlex.quote(answer['next_cursor'])})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headrace", description="Streaming pipelines in Python, run on Spark.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -429,6 +446,21 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--lines", type=int, default=200, help="how many of the last lines (default 200)")
         client_options(sub)
         sub.set_defaults(handler=cmd_pipeline_action)
+    query = commands.add_parser("query", help="read a pipeline's queryable view on the server: one key, or the "
+                                              "keys with a prefix",
+                                description="Prints each row as its key and its JSON, then the batch and watermark "
+                                            "the answer is as of. A key is its columns' values as text joined by |.")
+    query.add_argument("name", metavar="NAME", help="the pipeline")
+    query.add_argument("view", metavar="VIEW", help="the view (its sink step's name)")
+    query.add_argument("key", metavar="KEY", nargs="?", help="one key (default: a page of every key)")
+    query.add_argument("--prefix", default="", help="only the keys starting with it")
+    query.add_argument("--cursor", help="the page after this key (as the last answer printed)")
+    query.add_argument("--limit", type=int, help="rows per page (default 100, at most 1000)")
+    query.add_argument("--min-batch", type=int, help="wait until the view has applied this batch")
+    query.add_argument("--timeout", type=float, help="how long --min-batch waits, in seconds (default 10)")
+    query.add_argument("--json", action="store_true", help="the answer as JSON")
+    client_options(query)
+    query.set_defaults(handler=cmd_query)
     return parser
 
 

@@ -227,6 +227,10 @@ class SinkConnector:
     def prepare(self, run_dir: str) -> None:  # noqa: B027 - optional hook
         """Called on the driver before the query starts."""
 
+    def locate_checkpoint(self, checkpoint: str) -> None:  # noqa: B027 - optional hook
+        """Called on the driver before the query starts with the query's checkpoint, for a sink
+        that records what Spark keeps there of each batch (a view: the batch's watermark)."""
+
     def spark_packages(self) -> list[Any]:
         """The Spark packages (``headrace.environment.jars.Package``) this sink needs."""
         return []
@@ -235,6 +239,12 @@ class SinkConnector:
         """Called on the driver when the pipeline starts, before the first micro-batch, with the
         Spark schema of the rows this sink will get; ``step`` names the sink step for every
         message. A sink whose target has a schema of its own checks it here."""
+
+    def for_keys(self, keys: tuple[str, ...]) -> SinkConnector:
+        """This sink for a stream whose rows are named by ``keys`` (a keyed aggregate's, a window's:
+        ``headrace/api/view_keys.py``), asked when the pipeline is built: a sink whose key defaults
+        to them returns a copy keyed so; others return themselves."""
+        return self
 
     def refuses_columns(self, columns: list[str]) -> str | None:
         """Why this sink cannot write a stream of ``columns`` (their names), or None: asked when

@@ -20,6 +20,7 @@ CONNECTORS = {
     "RabbitMQ": "headrace.connectors.rabbitmq_streams:RabbitMQSink",
     "Redis": "headrace.connectors.redis_sink:Redis",
     "TestSink": "headrace.connectors.scripted:TestSink",
+    "View": "headrace.connectors.view_sink:View",
 }
 __all__ = list(CONNECTORS)
 __getattr__ = lazy_attributes(__name__, CONNECTORS)

@@ -41,6 +41,8 @@ def make_sink(kind: str, target: str) -> Any:
         return hr.sinks.Nats(f"{target}.windows", stream=target)
     if kind == "rabbitmq":
         return hr.sinks.RabbitMQ(target)
+    if kind == "view":  # kept in the pipeline's state dir, named after its sink step
+        return hr.sinks.View(key=["user", "window_start"])
     raise ValueError(kind)
 
 

@@ -32,7 +32,7 @@ ORDERS = [[{"id": 1, "country": "fr", "day": 1, "amount": 5.0}, {"id": 2, "count
                                                                   "amount": 3.5}]]
 # What every sink that cannot take updates is told to use instead (each keyed sink's refuses_updates is None).
 KEEPING = ("hr.sinks.Delta(..., key=[...]), hr.sinks.Kafka(..., key=[...]) on a compacted topic, "
-           "hr.sinks.Postgres(..., key=[...]) or hr.sinks.Redis(key_prefix=..., key=[...])")
+           "hr.sinks.Postgres(..., key=[...]), hr.sinks.Redis(key_prefix=..., key=[...]) or hr.sinks.View(key=[...])")
 
 
 def next_line() -> int:

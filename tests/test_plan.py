@@ -594,8 +594,8 @@ def test_a_sink_that_cannot_take_updates_is_refused_when_the_pipeline_is_built(t
         "which emits updates (Spark's update mode: each micro-batch emits again every group it changed): files keep "
         "every row they are given, so each group's updates would pile up as rows; write the updates to a sink that "
         "keeps each group's last update by its key: hr.sinks.Delta(..., key=[...]), hr.sinks.Kafka(..., key=[...]) "
-        "on a compacted topic, hr.sinks.Postgres(..., key=[...]) or hr.sinks.Redis(key_prefix=..., key=[...]); or "
-        "emit each result once (a window with emit='final')")
+        "on a compacted topic, hr.sinks.Postgres(..., key=[...]), hr.sinks.Redis(key_prefix=..., key=[...]) or "
+        "hr.sinks.View(key=[...]); or emit each result once (a window with emit='final')")
     with fails(r"sink 'table' .*: a Postgres sink cannot take the updates of step 'per_user'.*: without key= it "
                "inserts each update as a new row"):
         counts.sink("table", hr.sinks.Postgres("per_user_counts"))

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -163,8 +165,10 @@ def test_a_submitted_pipeline_survives_a_sigkill_of_its_driver_and_of_the_server
 def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Path):
     (tmp_path / "broken.py").write_text("import headrace as hr\np = hr.Pipeline('broken')\np.source('x', 1)\n")
     status, spec = server.call("GET", "/api/openapi.json", token=False)
-    assert status == 200 and set(spec["paths"]) == {"/api/pipelines", "/api/pipelines/{name}", "/metrics",
-                                                     "/api/pipelines/{name}/logs", "/api/pipelines/{name}/{action}"}
+    assert status == 200 and set(spec["paths"]) == {
+        "/api/pipelines", "/api/pipelines/{name}", "/metrics", "/api/pipelines/{name}/logs",
+        "/api/pipelines/{name}/{action}", "/api/pipelines/{name}/state", "/api/pipelines/{name}/state/{view}",
+        "/api/pipelines/{name}/state/{view}/{key}", "/api/pipelines/{name}/changes/{view}"}
     assert server.call("GET", "/api/pipelines", token=False) == (200, [])  # reads on 127.0.0.1 need no token
     refusals = [
         (server.call("POST", "/api/pipelines", b'{"file": "x.py"}', token=False), 401, "needs the server's token"),
@@ -180,6 +184,10 @@ def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Pa
         (server.call("POST", "/api/pipelines/nope/explode"), 404, "no action 'explode'"),
         (server.call("GET", "/api/pipelines/nope/logs?lines=many"), 400, "lines must be a whole number"),
         (server.call("DELETE", "/api/pipelines"), 405, "GET and POST only"),
+        (server.call("GET", "/api/pipelines/nope/state/totals/a%7Cb"), 404, "no pipeline 'nope'"),
+        (server.call("GET", "/api/pipelines/nope/state/totals?limit=5000"), 400, "limit must be a whole number"),
+        (server.call("GET", "/api/pipelines/nope/state/totals?min_batch=-1"), 400, "min_batch must be a whole"),
+        (server.call("GET", "/api/pipelines/nope/changes/totals?after=x"), 400, "after must be a whole number"),
     ]
     for (status, body), expected, message in refusals:
         assert status == expected and message in body["error"], (status, body)
@@ -187,34 +195,116 @@ def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Pa
     assert done.returncode == 1 and "no pipeline 'nope'" in done.stderr
 
 
-def test_the_session_of_docs_control_plane_md_prints_what_it_shows(tmp_path: Path):
-    """``headrace server`` in the repository's root (its state dir from $HEADRACE_STATE_DIR, the default
-    port), then each command of the doc's session, its output as the doc shows it."""
+def doc_session(marker: str) -> list[tuple[str, str]]:
+    """The commands of a session in docs/control-plane.md, each with the output the doc shows."""
     doc = (ROOT / "docs" / "control-plane.md").read_text()
-    session = doc.split("<!-- server session -->\n```\n", 1)[1].split("```", 1)[0]
-    steps = [(chunk.split("\n", 1)[0], chunk.split("\n", 1)[1]) for chunk in session.split("$ ")[1:]]
-    environment = {**os.environ, "HEADRACE_STATE_DIR": str(tmp_path / "state")}
-    server = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server"], cwd=ROOT, env=environment,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        eventually("the server", (tmp_path / "state" / "server.json").exists, 30)
+    session = doc.split(f"<!-- {marker} -->\n```\n", 1)[1].split("```", 1)[0]
+    return [(chunk.split("\n", 1)[0], chunk.split("\n", 1)[1]) for chunk in session.split("$ ")[1:]]
 
+
+class RootServer:
+    """``headrace server`` in the repository's root, as the docs start it (its state dir from
+    $HEADRACE_STATE_DIR, the default port)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.state = tmp_path / "state"
+        self.environment = {**os.environ, "HEADRACE_STATE_DIR": str(self.state)}
+
+    def __enter__(self) -> RootServer:
+        self.process = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server"], cwd=ROOT,
+                                        env=self.environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+        eventually("the server", (self.state / "server.json").exists, 30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        listed = self.run("headrace list --json").stdout
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        for entry in json.loads(listed or "[]"):
+            if entry["pid"]:
+                os.killpg(entry["pid"], signal.SIGKILL)
+
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        assert command.startswith("headrace ")
+        return subprocess.run([sys.executable, "-m", "headrace.cli", *shlex.split(command)[1:]], cwd=ROOT,
+                              env=self.environment, capture_output=True, text=True, timeout=180, check=False)
+
+    def play(self, session: list[tuple[str, str]]) -> None:
+        """Each command, until it prints what the doc shows (but for process ids and the file's directory)."""
         def shown(text: str) -> str:
             text = re.sub(r"driver pid \d+", "driver pid N", text)
             return text.replace(str(ROOT), "/home/you/headrace")
 
-        for command, expected in steps:
-            assert command.startswith("headrace ")
-            argv = [sys.executable, "-m", "headrace.cli", *command.split()[1:]]
+        for command, expected in session:
+            eventually(f"{command!r} to print what the doc shows",
+                       lambda c=command, e=expected: shown(self.run(c).stdout) == shown(e), 120)
 
-            def printed(argv: list[str] = argv, expected: str = expected) -> bool:
-                done = subprocess.run(argv, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=180)
-                return shown(done.stdout) == shown(expected)
 
-            eventually(f"{command!r} to print what the doc shows", printed, 120)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+def test_the_session_of_docs_control_plane_md_prints_what_it_shows(tmp_path: Path):
+    with RootServer(tmp_path) as server:
+        server.play(doc_session("server session"))
+
+
+def test_queryable_views_answer_as_counted_in_python_through_the_cli_the_api_and_the_client(tmp_path: Path):
+    """docs/control-plane.md's views session as written (examples/queryable_word_counts.py), then every
+    key of both views, page by page, and the feed of changes, each equal to counts made here from the
+    generator's lines; waiting for a batch that does not come, and the refusals."""
+    from headrace.connectors.generator import generate
+    from headrace.server.client import Client, ServerError
+
+    lines = generate("words", 0, 300_000)
+    totals: Counter[str] = Counter()
+    windows: Counter[str] = Counter()
+    for line, at in zip(lines.column("line").to_pylist(), lines.column("event_time").to_pylist(), strict=True):
+        for word in line.lower().split():
+            totals[word] += 1
+            windows[f"{word}|{at:%Y-%m-%d %H:%M:%S}"] += 1  # the window's start, as Spark writes it as text
+    name = "queryable_word_counts"
+    with RootServer(tmp_path) as server:
+        server.play(doc_session("views session"))
+        doc = (ROOT / "docs" / "control-plane.md").read_text()
+        block = doc.split("```python\n", 1)[1].split("```", 1)[0]
+        assert "Client.find()" in block
+        shown = doc.split(block, 1)[1].split("```\n", 2)[2].split("```", 1)[0]  # the block, a line, its output
+        ran = subprocess.run([sys.executable, "-c", block], cwd=ROOT, env=server.environment, capture_output=True,
+                             text=True, timeout=120, check=False)
+        assert (ran.stdout, ran.stderr) == (shown, "")
+        client = Client.find(str(server.state))
+        final = client.query(name, "totals", "stream")
+        assert final["value"] == {"word": "stream", "count": totals["stream"]}
+
+        def every(view: str) -> dict[str, Any]:
+            rows, cursor = [], None
+            while True:
+                page = client.query(name, view, limit=1000, cursor=cursor)
+                assert page["batch_id"] == final["batch_id"]
+                rows += page["rows"]
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    return {row["key"]: row["value"] for row in rows}
+
+        assert {key: value["count"] for key, value in every("totals").items()} == dict(totals)
+        assert {key: value["n"] for key, value in every("per_second").items()} == dict(windows)
+        feed = list(client.changes(name, "totals", after=0, until=final["batch_id"]))
+        assert [event["batch_id"] for event in feed] == [final["batch_id"]]  # it finished: one event, every key
+        assert {row["key"]: row["value"]["count"] for row in feed[0]["rows"]} == dict(totals)
+
+        later = final["batch_id"] + 5
+        refusals = [
+            (lambda: client.query(name, "totals", "stream", min_batch=later, timeout=0.5),
+             f"(409): view 'totals' is at batch {final['batch_id']}; batch {later} was not reached in 0.5 s"),
+            (lambda: client.query(name, "totals", "zebra"),
+             f"(404): view 'totals' has no key 'zebra' as of batch {final['batch_id']}"),
+            (lambda: client.query(name, "nope"), "(404): pipeline 'queryable_word_counts' has no view 'nope' (its "
+                                                 "views: per_second, totals;"),
+            (lambda: client.query(name, "totals", limit=0), "(400): limit must be a whole number from 1 to 1000"),
+            (lambda: client.query("other", "totals"), "(404): no pipeline 'other'"),
+        ]
+        for call, message in refusals:
+            with pytest.raises(ServerError) as refused:
+                call()
+            assert message in str(refused.value)
 
 
 def test_pause_resume_and_an_upgrade_keep_the_output_exact_and_a_refused_upgrade_changes_nothing(

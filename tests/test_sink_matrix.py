@@ -6,14 +6,14 @@ bad line -> a keyed one-minute window count -> the sink(s). Exactly-once sinks o
 
 * **alone** (one run each in this process, not killed): the collect sink (``TestSink``, whose rows
   live in the driver, so it cannot outlive a kill), Files (Spark's own file sink when alone),
-  PostgreSQL, Kafka (transactions, read ``read_committed``), Delta, Redis, NATS JetStream and
-  RabbitMQ Streams;
+  PostgreSQL, Kafka (transactions, read ``read_committed``), Delta, Redis, NATS JetStream,
+  RabbitMQ Streams and a queryable view (SQLite, read with SQLite's own client);
 * **killed groups** (a driver process each): two groups of sinks with the dead letters sunk
   between them. At batch 2 of the first run the dead-letter sink, once it has committed, waits;
   the test kills the process group there: the first group and the dead letters hold batch 2, the
   second group and Spark's commit log do not. The restart replays batch 2: the first group and
   the dead letters skip it, the second writes it. Every sink is in a killed run, four of them
-  before the kill point and four after.
+  before the kill point and four after, and a view on both sides.
 
 Not here: MQTT and the console are at-least-once (MQTT publishes a replayed batch again, the
 console prints it again), so an exact comparison after a kill does not hold for them by design;
@@ -26,6 +26,7 @@ import asyncio
 import datetime
 import json
 import socket
+import sqlite3
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -109,6 +110,8 @@ def need(kind: str) -> None:
 
 def new_target(kind: str, tmp_path: Path) -> str:
     name = f"m_{kind}_{uuid.uuid4().hex[:8]}"
+    if kind == "view":  # the state dir whose pipeline keeps the view
+        return str(tmp_path / "state")
     if kind in ("files", "delta"):
         return str(tmp_path / name)
     if kind == "kafka":
@@ -143,8 +146,17 @@ def _nats(action: Any) -> Any:
     return asyncio.run(main())
 
 
-def written(kind: str, target: str) -> list[dict[str, Any]]:
+def sink_steps(count: int, before: int) -> list[str]:
+    """The names ``build`` gives its sinks."""
+    return [f"first_{i}" if i < before else f"second_{i - before}" for i in range(count)]
+
+
+def written(kind: str, target: str, step: str = "") -> list[dict[str, Any]]:
     """The rows the sink committed, read with the system's own client (never through headrace's sink)."""
+    if kind == "view":  # SQLite's own client, on the pipeline's one serving store
+        store, = Path(target).glob("*/run/views.sqlite")
+        with sqlite3.connect(store) as db:
+            return [json.loads(v) for v, in db.execute("SELECT value FROM rows WHERE view = ?", (step,))]
     if kind == "files":
         return read_rows(target, "jsonl")
     if kind == "postgres":
@@ -178,7 +190,7 @@ def written(kind: str, target: str) -> list[dict[str, Any]]:
 
 # -- alone, not killed --------------------------------------------------------------------------
 
-ALONE = ["collect", "files", "postgres", "kafka", "delta", "redis", "nats", "rabbitmq"]
+ALONE = ["collect", "files", "postgres", "kafka", "delta", "redis", "nats", "rabbitmq", "view"]
 
 
 @pytest.mark.parametrize("kind", ALONE)
@@ -195,7 +207,7 @@ def test_each_sink_alone_holds_exactly_the_windows(kind: str, spark: Any, tmp_pa
     pipeline = build(f"alone_{kind}_{uuid.uuid4().hex[:6]}", str(tmp_path / "in"), [sink])
     result = hr.run(pipeline, state_dir=str(tmp_path / "state"), progress="quiet", handle_signals=False)
 
-    rows = sink.rows() if kind == "collect" else written(kind, target)
+    rows = sink.rows() if kind == "collect" else written(kind, target, "first_0")
     assert windows_of(rows) == expected_windows()
     assert result.input_rows == FILES * (PER_FILE + 1)
     assert result.dead_letters == FILES
@@ -205,7 +217,7 @@ def test_each_sink_alone_holds_exactly_the_windows(kind: str, spark: Any, tmp_pa
 
 # Each group of sinks before the kill point, then each after it: every sink is in a killed run,
 # four of them before it and four after (Kafka on both sides).
-GROUPS = [(("postgres", "redis"), ("kafka", "nats")), (("kafka", "rabbitmq"), ("delta", "files"))]
+GROUPS = [(("postgres", "redis", "view"), ("kafka", "nats", "view")), (("kafka", "rabbitmq"), ("delta", "files"))]
 PAUSE_AT = 2
 
 
@@ -232,6 +244,6 @@ def test_sinks_beside_the_dead_letters_killed_between_the_commits_are_exact(firs
                       lambda: exhausted.exists() and run.committed() >= run.planned())
 
     expected = expected_windows()
-    for kind, target in zip(kinds, targets):
-        assert windows_of(written(kind, target)) == expected, kind
+    for kind, target, step in zip(kinds, targets, sink_steps(len(kinds), len(first))):
+        assert windows_of(written(kind, target, step)) == expected, kind
     assert sorted(r["raw"] for r in run.written()) == BAD

@@ -16,6 +16,7 @@ from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
 from headrace.api.operator_dag import add_operator, add_stream
 from headrace.api.stream_dedupe import dedupe_node, keep_last
 from headrace.api.stream_joins import stream_join
+from headrace.api.view_keys import view_keys
 from headrace.code_locations import function_label, remember_definitions, user_location
 from headrace.contract import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
@@ -591,11 +592,20 @@ class Stream:
         if not isinstance(connector, SinkConnector):
             raise PlanError(f"sink {name!r} ({where}): expected a headrace sink connector, got "
                             f"{type(connector).__name__}")
+        connector = connector.for_keys(view_keys(self.pipeline.plan, self.node))
         check_sink_takes_updates(self.pipeline.plan, name, where, connector, self.node.name)
         problem = connector.refuses_columns([n for n, _ in self.node.schema]) if self.node.schema is not None else None
         if problem:
             raise PlanError(f"sink {name!r} ({where}): {problem}")
         self._add(SinkNode(name, (self.node.name,), where, self.node.schema, connector=connector))
+
+    def queryable(self, view: str, *, key: str | Sequence[str] | None = None) -> None:
+        """Keep the last row of each key of this stream as the view ``view``, which ``headrace server``
+        serves (``headrace query``): ``sink(view, hr.sinks.View(key=key))``. ``key`` defaults to the
+        keys of a keyed aggregate, a window (with ``window_start``) or a keyed process step."""
+        from headrace.connectors.view_sink import View
+
+        self.sink(view, View(key=key))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.node.name!r})"

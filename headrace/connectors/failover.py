@@ -132,6 +132,10 @@ class Failover(SinkConnector):
                 log.warning("%s: member %r cannot start, its batches go to the next member: %s",
                             self._where(), self.names[index], self._unprepared[index])
 
+    def locate_checkpoint(self, checkpoint: str) -> None:
+        for member in self.members:
+            member.locate_checkpoint(checkpoint)
+
     def committed(self, batch_id: int) -> bool:
         for name, member in zip(self.names, self.members):
             try:

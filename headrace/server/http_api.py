@@ -12,11 +12,13 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
+from headrace.server import views
 from headrace.server.metrics import Metrics
 from headrace.server.supervisor import PROGRESS_FILE, Refused, Supervisor
 
@@ -26,6 +28,11 @@ ACTIONS = ("stop", "pause", "resume", "restart", "upgrade", "remove")
 PIPELINE = re.compile(r"^/api/pipelines/([^/]+)$")
 ACTION = re.compile(r"^/api/pipelines/([^/]+)/([a-z]+)$")
 LOGS = re.compile(r"^/api/pipelines/([^/]+)/logs$")
+STATE = re.compile(r"^/api/pipelines/([^/]+)/state$")
+STATE_VIEW = re.compile(r"^/api/pipelines/([^/]+)/state/([^/]+)$")
+STATE_KEY = re.compile(r"^/api/pipelines/([^/]+)/state/([^/]+)/(.+)$")
+CHANGES = re.compile(r"^/api/pipelines/([^/]+)/changes/([^/]+)$")
+MAX_BATCH = 10**12
 
 
 def _json_of(schema: dict[str, Any]) -> dict[str, Any]:
@@ -41,6 +48,10 @@ def _name_parameter() -> dict[str, Any]:
             "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,100}$"}}
 
 
+_VIEW_PARAMETER = {"name": "view", "in": "path", "required": True, "schema": {"type": "string"}}
+_WAIT_PARAMETERS = [{"name": "min_batch", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                    {"name": "timeout", "in": "query", "schema": {"type": "number", "minimum": 0,
+                                                                   "maximum": views.MAX_WAIT_S}}]
 _PIPELINE_REF = _json_of({"$ref": "#/components/schemas/Pipeline"})
 OPENAPI: dict[str, Any] = {
     "openapi": "3.0.3",
@@ -82,6 +93,38 @@ OPENAPI: dict[str, Any] = {
             "summary": "the end of its driver's log", "parameters": [_name_parameter(), {
                 "name": "lines", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}],
             "responses": {"200": {"description": "the log's last lines", "content": {"text/plain": {
+                "schema": {"type": "string"}}}}, "400": _error("bad input"), "404": _error("no such pipeline")}}},
+        "/api/pipelines/{name}/state": {"get": {
+            "summary": "the pipeline's queryable views, each with the batch and watermark it is as of",
+            "parameters": [_name_parameter()],
+            "responses": {"200": {"description": "the views", **_json_of({"type": "object"})},
+                          "404": _error("no such pipeline")}}},
+        "/api/pipelines/{name}/state/{view}": {"get": {
+            "summary": "a page of a view's rows by key, those whose key starts with prefix, after cursor",
+            "parameters": [_name_parameter(), _VIEW_PARAMETER,
+                           {"name": "prefix", "in": "query", "schema": {"type": "string"}},
+                           {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                           {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                                       "maximum": views.MAX_LIMIT}},
+                           *_WAIT_PARAMETERS],
+            "responses": {"200": {"description": "the rows and the next page's cursor", **_json_of({"type": "object"})},
+                          "400": _error("bad input"), "404": _error("no such pipeline or view"),
+                          "409": _error("min_batch not reached in time")}}},
+        "/api/pipelines/{name}/state/{view}/{key}": {"get": {
+            "summary": "a view's row of one key (its columns' values as text, joined by |)",
+            "parameters": [_name_parameter(), _VIEW_PARAMETER,
+                           {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}},
+                           *_WAIT_PARAMETERS],
+            "responses": {"200": {"description": "the row", **_json_of({"type": "object"})},
+                          "400": _error("bad input"), "404": _error("no such pipeline, view or key"),
+                          "409": _error("min_batch not reached in time")}}},
+        "/api/pipelines/{name}/changes/{view}": {"get": {
+            "summary": "server-sent events, one per batch that changes the view (its id: the batch id), from "
+                       "after (or Last-Event-ID) on, until the batch until when given",
+            "parameters": [_name_parameter(), _VIEW_PARAMETER,
+                           {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                           {"name": "until", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+            "responses": {"200": {"description": "the events", "content": {"text/event-stream": {
                 "schema": {"type": "string"}}}}, "400": _error("bad input"), "404": _error("no such pipeline")}}},
         "/api/pipelines/{name}/{action}": {"post": {
             "summary": "stop (at a batch boundary; ?now=true at once), pause (at a batch boundary) and resume, "
@@ -171,6 +214,8 @@ class Handler(BaseHTTPRequestHandler):
                 raise Refused(400, "give the pipeline's file as \"file\": a path on the server's machine")
             entry, started = api.supervisor.submit(file, name)
             return (201 if started else 200), entry.public()
+        if method == "GET" and (answer := self._state(path, query)) is not None:
+            return answer
         if (match := LOGS.match(path)) and method == "GET":
             lines = _integer(query.get("lines", "200"), "lines", 1, 10_000)
             return 200, api.supervisor.logs(match.group(1), lines)
@@ -192,6 +237,27 @@ class Handler(BaseHTTPRequestHandler):
             api.supervisor.remove(name)
             return 200, {"removed": name}
         raise Refused(404, f"no {method} {url.path}: see /api/openapi.json")
+
+    def _state(self, path: str, query: dict[str, str]) -> tuple[int, Any] | None:
+        """The answer of a GET on a pipeline's queryable state, or None for another path."""
+        supervisor = self.api.supervisor
+        if match := STATE.match(path):
+            return 200, views.views(supervisor.existing(match.group(1)))
+        min_batch = _integer(query["min_batch"], "min_batch", 0, MAX_BATCH) if "min_batch" in query else None
+        wait_s = _number(query.get("timeout", str(views.DEFAULT_WAIT_S)), "timeout", 0.0, views.MAX_WAIT_S)
+        if match := STATE_KEY.match(path):
+            name, view, key = match.group(1), unquote(match.group(2)), unquote(match.group(3))
+            return views.lookup(supervisor.existing(name), view, key, min_batch, wait_s)
+        if match := STATE_VIEW.match(path):
+            limit = _integer(query.get("limit", str(views.DEFAULT_LIMIT)), "limit", 1, views.MAX_LIMIT)
+            return 200, views.scan(supervisor.existing(match.group(1)), unquote(match.group(2)),
+                                   query.get("prefix", ""), query.get("cursor"), limit, min_batch, wait_s)
+        if match := CHANGES.match(path):
+            after = _integer(query.get("after", self.headers.get("Last-Event-ID") or "0"), "after", 0, MAX_BATCH)
+            until = _integer(query["until"], "until", 0, MAX_BATCH) if "until" in query else None
+            entry = supervisor.existing(match.group(1))
+            return 200, views.changes(entry, unquote(match.group(2)), after, until)
+        return None
 
     def _check_token(self) -> None:
         given = self.headers.get("Authorization", "")
@@ -215,6 +281,9 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def _send(self, status: int, body: Any) -> None:
+        if isinstance(body, Iterator):
+            self._send_events(body)
+            return
         text = body if isinstance(body, str) else json.dumps(body, indent=1)
         data = text.encode()
         self.send_response(status, HTTPStatus(status).phrase)
@@ -225,10 +294,35 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+    def _send_events(self, events: Iterator[str]) -> None:
+        """Server-sent events, written as they come, until they end or the client leaves."""
+        self.send_response(200, "OK")
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        try:
+            for event in events:
+                self.wfile.write(event.encode())
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client left
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
+
 def _integer(text: str, name: str, low: int, high: int) -> int:
-    if not re.fullmatch(r"\d{1,6}", text) or not low <= int(text) <= high:
+    if not re.fullmatch(r"\d{1,13}", text) or not low <= int(text) <= high:
         raise Refused(400, f"{name} must be a whole number from {low} to {high}, got {text!r}")
     return int(text)
+
+
+def _number(text: str, name: str, low: float, high: float) -> float:
+    if not re.fullmatch(r"\d{1,6}(\.\d{1,6})?", text) or not low <= float(text) <= high:
+        raise Refused(400, f"{name} must be a number from {low:g} to {high:g}, got {text!r}")
+    return float(text)
 
 
 def _boolean(text: str, name: str) -> bool:

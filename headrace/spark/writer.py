@@ -45,6 +45,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     sinks = [_bound(sink, owner) for sink in plan.sinks()]
     for sink in sinks:
         sink.connector.prepare(run_dir)
+        sink.connector.locate_checkpoint(checkpoint)
     frames: dict[str, DataFrame] = compiled.sink_frames
     inputs = {sink.inputs[0] for sink in sinks}
     frames = {sink.name: frames[sink.name] for sink in sinks if sink.name in frames}  # none with operators

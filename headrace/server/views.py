@@ -1,0 +1,121 @@
+"""Queryable state over the REST API: a pipeline's views, read from its serving store
+(``headrace/connectors/view_store.py``), never from a running operator.
+
+Each answer says as of which batch and watermark. ``min_batch`` waits for the view to reach
+that batch (read-your-writes) and answers 409 when it does not in time. ``changes`` follows a
+view as server-sent events, one per batch that changed it, resumable by batch id.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from headrace.connectors.view_store import AsOf, ViewReader, store_path
+from headrace.contract import END_OF_INPUT_MS
+from headrace.environment.checkpoints import run_dir
+from headrace.server.registry import Entry
+from headrace.server.supervisor import Refused
+
+DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
+DEFAULT_WAIT_S, MAX_WAIT_S = 10.0, 60.0
+POLL_S = 0.1
+FEED_POLL_S = 0.25
+HEARTBEAT_S = 15.0  # a comment line this often on a quiet feed, so a gone client is noticed
+
+
+def reader_of(entry: Entry) -> ViewReader:
+    """The store of a server pipeline: its state dir holds the one pipeline, so its views are in
+    that pipeline's run dir."""
+    for child in sorted(os.listdir(entry.state_dir)) if os.path.isdir(entry.state_dir) else ():
+        path = store_path(run_dir(os.path.join(entry.state_dir, child), child, ""))
+        if os.path.exists(path):
+            return ViewReader(path)
+    return ViewReader("")
+
+
+def views(entry: Entry) -> dict[str, Any]:
+    return {"pipeline": entry.name, "views": [_as_of_fields(found) for found in reader_of(entry).views()]}
+
+
+def lookup(entry: Entry, view: str, key: str, min_batch: int | None, wait_s: float) -> tuple[int, dict[str, Any]]:
+    reader = _reached(entry, view, min_batch, wait_s)
+    as_of, value = reader.lookup(view, key)
+    answer = {**_as_of_fields(as_of), "key": key}
+    if value is None:
+        return 404, {"error": f"view {view!r} has no key {key!r} as of batch {as_of.batch_id}", **answer}
+    return 200, {**answer, "value": value}
+
+
+def scan(entry: Entry, view: str, prefix: str, cursor: str | None, limit: int, min_batch: int | None,
+         wait_s: float) -> dict[str, Any]:
+    reader = _reached(entry, view, min_batch, wait_s)
+    as_of, rows = reader.scan(view, prefix, cursor, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {**_as_of_fields(as_of), "prefix": prefix, "rows": [{"key": key, "value": value} for key, value in rows],
+            "next_cursor": rows[-1][0] if more else None}
+
+
+def changes(entry: Entry, view: str, after: int, until: int | None) -> Iterator[str]:
+    """Server-sent events: for each batch past ``after`` that changed the view, one event (id: the
+    batch id) with the rows changed since the last event, as they are now; ends after batch
+    ``until`` when given; a client that leaves ends it (the server's next write fails: a quiet
+    feed writes a comment line every ``HEARTBEAT_S``)."""
+    reader = reader_of(entry)
+    quiet_since = time.monotonic()
+    while True:
+        reader = reader if reader.exists() else reader_of(entry)
+        as_of = reader.as_of(view) if reader.exists() else None
+        if as_of is not None and as_of.batch_id > after:
+            as_of, rows = reader.changed_since(view, after)
+            event = {**_as_of_fields(as_of), "rows": [{"key": key, "value": value} for key, value in rows]}
+            yield _event(as_of.batch_id, event)
+            after, quiet_since = as_of.batch_id, time.monotonic()
+        if until is not None and after >= until:
+            return
+        if time.monotonic() - quiet_since > HEARTBEAT_S:
+            yield ": still here\n\n"
+            quiet_since = time.monotonic()
+        time.sleep(FEED_POLL_S)
+
+
+def _event(batch_id: int, data: dict[str, Any]) -> str:
+    return f"id: {batch_id}\nevent: batch\ndata: {json.dumps(data)}\n\n"
+
+
+def _reached(entry: Entry, view: str, min_batch: int | None, wait_s: float) -> ViewReader:
+    """The pipeline's store once ``view`` holds ``min_batch`` (None: now); 404 for an unknown
+    view, 409 when the batch is not reached within ``wait_s``."""
+    deadline = time.monotonic() + (wait_s if min_batch is not None else 0.0)
+    reader = reader_of(entry)
+    while True:
+        reader = reader if reader.exists() else reader_of(entry)
+        as_of = reader.as_of(view) if reader.exists() else None
+        if as_of is not None and (min_batch is None or as_of.batch_id >= min_batch):
+            return reader
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_S)
+    if as_of is None and min_batch is None:
+        known = ", ".join(found.view for found in reader.views()) if reader.exists() else ""
+        raise Refused(404, f"pipeline {entry.name!r} has no view {view!r} (its views: {known or 'none yet'}; a "
+                           "view appears once its first batch is applied)")
+    standing = f"is at batch {as_of.batch_id}" if as_of is not None else "has no batch yet"
+    raise Refused(409, f"view {view!r} {standing}; batch {min_batch} was not reached in {wait_s:g} s")
+
+
+def _as_of_fields(as_of: AsOf) -> dict[str, Any]:
+    """The view's standing, with its watermark as text: an ISO time, "end of input" once a bounded
+    input ended (its flush raised the watermark past every window), None before the first."""
+    watermark, text = as_of.watermark_ms, None
+    if watermark is not None and watermark >= END_OF_INPUT_MS:
+        text = "end of input"
+    elif watermark:
+        moment = datetime.datetime.fromtimestamp(watermark / 1000, datetime.UTC)
+        text = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {**as_of.public(), "watermark": text}
