@@ -172,10 +172,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._answer("POST")
 
-    def do_PUT(self) -> None:  # noqa: N802
-        self._send(405, {"error": "the API takes GET and POST only"})
-
-    do_DELETE = do_PATCH = do_PUT  # noqa: N815
+    def __getattr__(self, name: str) -> Any:
+        """Any other method (PUT, DELETE, HEAD, TRACE, ...): 405, where the base class answers 501."""
+        if name.startswith("do_"):
+            return lambda: self._send(405, {"error": "the API takes GET and POST only"})
+        raise AttributeError(name)
 
     def _answer(self, method: str) -> None:
         try:

@@ -204,7 +204,11 @@ class Supervisor:
     # -- checks before a start ----------------------------------------------------------------------
 
     def _allowed_file(self, file: str) -> str:
-        path = os.path.realpath(file)
+        try:
+            path = os.path.realpath(file)
+            os.fsencode(path)
+        except (ValueError, UnicodeError):  # a NUL character, a lone surrogate
+            raise Refused(400, f"{file!r} is not a path this machine can open") from None
         if not any(os.path.commonpath([path, folder]) == folder for folder in self.allowed):
             raise Refused(403, f"{file} is outside the directories this server runs files from "
                                f"({', '.join(self.allowed)}; headrace server --allow DIR adds one)")
