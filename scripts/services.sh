@@ -4,7 +4,7 @@
 # (scripts/postgres_logical.sh); Spark's Kafka connector jars
 # (scripts/fetch_jars.sh) and one Apache Kafka broker on 127.0.0.1:9092 (scripts/kafka.sh); Redis on
 # 127.0.0.1:6379 (scripts/redis.sh); NATS with JetStream on 127.0.0.1:4222 (scripts/nats.sh); Mosquitto
-# (MQTT) on 127.0.0.1:1883 (scripts/mosquitto.sh).
+# (MQTT) on 127.0.0.1:1883 (scripts/mosquitto.sh); Chromium for the web UI's tests (Debian's package).
 # Safe to run any number of times.
 # Exits non-zero, saying why, when a service cannot be had (then its tests skip, or fail in CI).
 set -euo pipefail
@@ -82,6 +82,17 @@ ensure_database() {  # tests/test_sinks.py writes into the database "test"
   fi
 }
 
+install_chromium() {  # tests/test_ui.py drives the web UI in a headless Chromium (Debian's package)
+  if command -v chromium >/dev/null 2>&1; then say "Chromium is installed: $(command -v chromium)"; return 0; fi
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    say "Chromium is not installed, and only root can apt-get install chromium here"; return 1
+  fi
+  apt-get update -qq >/dev/null || { say "apt-get update failed"; return 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+    || { say "apt-get install chromium failed"; return 1; }
+  say "Chromium is installed: $(command -v chromium)"
+}
+
 here=$(dirname "$0")
 status=0
 if start_postgres; then ensure_database test || status=1; else status=1; fi
@@ -92,4 +103,5 @@ if url=$(bash "$here/redis.sh" start); then say "Redis is up on $url"; else stat
 if url=$(bash "$here/mosquitto.sh" start); then say "Mosquitto (MQTT) is up on $url"; else status=1; fi
 if url=$(bash "$here/nats.sh" start); then say "NATS (JetStream) is up on $url"; else status=1; fi
 if url=$(bash "$here/rabbitmq.sh" start); then say "RabbitMQ (streams) is up on $url"; else status=1; fi
+install_chromium || status=1
 exit "$status"

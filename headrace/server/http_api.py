@@ -15,16 +15,18 @@ import re
 from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from headrace.server import views
 from headrace.server.metrics import Metrics
+from headrace.server.openapi import ACTIONS, OPENAPI
+from headrace.server.pipeline_dirs import dag
 from headrace.server.supervisor import PROGRESS_FILE, Refused, Supervisor
 
 MAX_BODY = 64 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-ACTIONS = ("stop", "pause", "resume", "restart", "upgrade", "remove")
 PIPELINE = re.compile(r"^/api/pipelines/([^/]+)$")
 ACTION = re.compile(r"^/api/pipelines/([^/]+)/([a-z]+)$")
 LOGS = re.compile(r"^/api/pipelines/([^/]+)/logs$")
@@ -32,114 +34,15 @@ STATE = re.compile(r"^/api/pipelines/([^/]+)/state$")
 STATE_VIEW = re.compile(r"^/api/pipelines/([^/]+)/state/([^/]+)$")
 STATE_KEY = re.compile(r"^/api/pipelines/([^/]+)/state/([^/]+)/(.+)$")
 CHANGES = re.compile(r"^/api/pipelines/([^/]+)/changes/([^/]+)$")
+FIGURES = re.compile(r"^/api/pipelines/([^/]+)/figures$")
+DAG = re.compile(r"^/api/pipelines/([^/]+)/dag$")
+# The web UI's files (headrace/server/ui/), by path; they hold no data, so they need no token.
+UI_FILES = {"/": ("index.html", "text/html"), "/ui/app.js": ("app.js", "text/javascript"),
+            "/ui/style.css": ("style.css", "text/css")}
+# Everything the page loads comes from the server itself, and nothing may frame it.
+UI_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+             "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 MAX_BATCH = 10**12
-
-
-def _json_of(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"content": {"application/json": {"schema": schema}}}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, **_json_of({"$ref": "#/components/schemas/Error"})}
-
-
-def _name_parameter() -> dict[str, Any]:
-    return {"name": "name", "in": "path", "required": True,
-            "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,100}$"}}
-
-
-_VIEW_PARAMETER = {"name": "view", "in": "path", "required": True, "schema": {"type": "string"}}
-_WAIT_PARAMETERS = [{"name": "min_batch", "in": "query", "schema": {"type": "integer", "minimum": 0}},
-                    {"name": "timeout", "in": "query", "schema": {"type": "number", "minimum": 0,
-                                                                   "maximum": views.MAX_WAIT_S}}]
-_PIPELINE_REF = _json_of({"$ref": "#/components/schemas/Pipeline"})
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.0.3",
-    "info": {"title": "headrace server", "version": "1"},
-    "components": {
-        "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
-        "schemas": {
-            "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
-            "Pipeline": {"type": "object", "properties": {
-                "name": {"type": "string"}, "file": {"type": "string"}, "state_dir": {"type": "string"},
-                "status": {"type": "string", "enum": ["starting", "running", "restarting", "stopping", "stopped",
-                                                      "paused", "finished", "failed"]},
-                "wanted": {"type": "boolean"}, "pid": {"type": "integer"}, "restarts": {"type": "integer"},
-                "last_exit": {"type": "integer", "nullable": True}, "reason": {"type": "string"},
-                "submitted_at": {"type": "number"}, "updated_at": {"type": "number"}}},
-            "Submit": {"type": "object", "required": ["file"], "additionalProperties": False, "properties": {
-                "file": {"type": "string", "minLength": 1}, "name": {"type": "string"}}},
-        },
-    },
-    "security": [{"token": []}],
-    "paths": {
-        "/api/pipelines": {
-            "get": {"summary": "the pipelines", "responses": {"200": {"description": "each pipeline", **_json_of(
-                {"type": "array", "items": {"$ref": "#/components/schemas/Pipeline"}})}}},
-            "post": {"summary": "submit a pipeline file (idempotent: the same name and file give the running one)",
-                     "requestBody": {"required": True, "content": {"application/json": {
-                         "schema": {"$ref": "#/components/schemas/Submit"}}}},
-                     "responses": {"201": {"description": "started", **_PIPELINE_REF},
-                                   "200": {"description": "already running", **_PIPELINE_REF},
-                                   "400": _error("bad input, or a pipeline that does not build"),
-                                   "401": _error("no token"), "403": _error("a file outside the allowed directories"),
-                                   "409": _error("the name runs another file")}}},
-        "/metrics": {"get": {"summary": "every pipeline's figures, in Prometheus's text format", "responses": {
-            "200": {"description": "the metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-        "/api/pipelines/{name}": {"get": {
-            "summary": "one pipeline", "parameters": [_name_parameter()],
-            "responses": {"200": {"description": "the pipeline", **_PIPELINE_REF}, "404": _error("no such pipeline")}}},
-        "/api/pipelines/{name}/logs": {"get": {
-            "summary": "the end of its driver's log", "parameters": [_name_parameter(), {
-                "name": "lines", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10000}}],
-            "responses": {"200": {"description": "the log's last lines", "content": {"text/plain": {
-                "schema": {"type": "string"}}}}, "400": _error("bad input"), "404": _error("no such pipeline")}}},
-        "/api/pipelines/{name}/state": {"get": {
-            "summary": "the pipeline's queryable views, each with the batch and watermark it is as of",
-            "parameters": [_name_parameter()],
-            "responses": {"200": {"description": "the views", **_json_of({"type": "object"})},
-                          "404": _error("no such pipeline")}}},
-        "/api/pipelines/{name}/state/{view}": {"get": {
-            "summary": "a page of a view's rows by key, those whose key starts with prefix, after cursor",
-            "parameters": [_name_parameter(), _VIEW_PARAMETER,
-                           {"name": "prefix", "in": "query", "schema": {"type": "string"}},
-                           {"name": "cursor", "in": "query", "schema": {"type": "string"}},
-                           {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
-                                                                       "maximum": views.MAX_LIMIT}},
-                           *_WAIT_PARAMETERS],
-            "responses": {"200": {"description": "the rows and the next page's cursor", **_json_of({"type": "object"})},
-                          "400": _error("bad input"), "404": _error("no such pipeline or view"),
-                          "409": _error("min_batch not reached in time")}}},
-        "/api/pipelines/{name}/state/{view}/{key}": {"get": {
-            "summary": "a view's row of one key (its columns' values as text, joined by |)",
-            "parameters": [_name_parameter(), _VIEW_PARAMETER,
-                           {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}},
-                           *_WAIT_PARAMETERS],
-            "responses": {"200": {"description": "the row", **_json_of({"type": "object"})},
-                          "400": _error("bad input"), "404": _error("no such pipeline, view or key"),
-                          "409": _error("min_batch not reached in time")}}},
-        "/api/pipelines/{name}/changes/{view}": {"get": {
-            "summary": "server-sent events, one per batch that changes the view (its id: the batch id), from "
-                       "after (or Last-Event-ID) on, until the batch until when given",
-            "parameters": [_name_parameter(), _VIEW_PARAMETER,
-                           {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
-                           {"name": "until", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
-            "responses": {"200": {"description": "the events", "content": {"text/event-stream": {
-                "schema": {"type": "string"}}}}, "400": _error("bad input"), "404": _error("no such pipeline")}}},
-        "/api/pipelines/{name}/{action}": {"post": {
-            "summary": "stop (at a batch boundary; ?now=true at once), pause (at a batch boundary) and resume, "
-                       "restart from the checkpoint, upgrade to another file (body {\"file\": ...}; refused with "
-                       "the reasons when its checkpoint cannot be kept), or remove a stopped pipeline",
-            "parameters": [_name_parameter(), {"name": "action", "in": "path", "required": True,
-                                               "schema": {"type": "string", "enum": list(ACTIONS)}},
-                           {"name": "now", "in": "query", "schema": {"type": "boolean"}}],
-            "requestBody": {"required": False, "content": {"application/json": {"schema": {
-                "type": "object", "properties": {"file": {"type": "string"}}}}}},
-            "responses": {"200": {"description": "done", **_PIPELINE_REF}, "400": _error("bad input"),
-                          "401": _error("no token"), "404": _error("no such pipeline or action"),
-                          "409": _error("not in a state for it")}}},
-    },
-}
 
 
 class Api:
@@ -192,6 +95,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Host") not in api.hosts:
             raise Refused(403, "the Host header names another host (DNS rebinding?); use the URL the server printed")
         url = urlsplit(self.path)
+        if method == "GET" and url.path in UI_FILES:
+            return 200, _ui_file(url.path)
+        if method == "POST":
+            self._check_origin()
         if method == "POST" or not api.open_reads():
             self._check_token()
         query = {key: values[-1] for key, values in parse_qs(url.query).items()}
@@ -215,6 +122,10 @@ class Handler(BaseHTTPRequestHandler):
                 raise Refused(400, "give the pipeline's file as \"file\": a path on the server's machine")
             entry, started = api.supervisor.submit(file, name)
             return (201 if started else 200), entry.public()
+        if method == "GET" and (match := FIGURES.match(path)):
+            return 200, api.metrics.figures(api.supervisor.existing(match.group(1)))
+        if method == "GET" and (match := DAG.match(path)):
+            return 200, dag(api.supervisor.existing(match.group(1)))
         if method == "GET" and (answer := self._state(path, query)) is not None:
             return answer
         if (match := LOGS.match(path)) and method == "GET":
@@ -260,6 +171,12 @@ class Handler(BaseHTTPRequestHandler):
             return 200, views.changes(entry, unquote(match.group(2)), after, until)
         return None
 
+    def _check_origin(self) -> None:
+        """A browser says which page a POST comes from: only the server's own pages may make one."""
+        origin = self.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc not in self.api.hosts:
+            raise Refused(403, f"a POST from another site ({origin}) is refused")
+
     def _check_token(self) -> None:
         given = self.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {self.api.token}".encode()):
@@ -285,10 +202,16 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(body, Iterator):
             self._send_events(body)
             return
-        text = body if isinstance(body, str) else json.dumps(body, indent=1)
-        data = text.encode()
+        if isinstance(body, UiFile):
+            data, content_type = body.data, f"{body.content_type}; charset=utf-8"
+        else:
+            data = (body if isinstance(body, str) else json.dumps(body, indent=1)).encode()
+            content_type = "text/plain; charset=utf-8" if isinstance(body, str) else "application/json"
         self.send_response(status, HTTPStatus(status).phrase)
-        self.send_header("Content-Type", "text/plain; charset=utf-8" if isinstance(body, str) else "application/json")
+        self.send_header("Content-Type", content_type)
+        if isinstance(body, UiFile):
+            self.send_header("Content-Security-Policy", UI_POLICY)
+            self.send_header("Cache-Control", "no-cache")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-Content-Type-Options", "nosniff")
         self.end_headers()
@@ -312,6 +235,16 @@ class Handler(BaseHTTPRequestHandler):
             close = getattr(events, "close", None)
             if close is not None:
                 close()
+
+
+class UiFile:
+    def __init__(self, data: bytes, content_type: str) -> None:
+        self.data, self.content_type = data, content_type
+
+
+def _ui_file(path: str) -> UiFile:
+    name, content_type = UI_FILES[path]
+    return UiFile(resources.files("headrace.server").joinpath("ui", name).read_bytes(), content_type)
 
 
 def _integer(text: str, name: str, low: int, high: int) -> int:

@@ -21,13 +21,14 @@ from headrace.server.registry import RUNNING, Entry
 
 COUNTED = ("input_rows", "dead_letters", "late_rows_dropped")
 RECENT_BATCHES = 1000  # batch ids a replay could still run again; older ones are folded into the sums
+CHARTED_BATCHES = 120  # the recent batches ``figures`` gives
 
 
 @dataclass
 class _Totals:
     offset: int = 0  # how far the progress file has been read
     folded: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
-    recent: dict[int, dict[str, int]] = field(default_factory=dict)  # batch id -> its counts
+    recent: dict[int, dict[str, Any]] = field(default_factory=dict)  # batch id -> its figures
     last: dict[str, Any] = field(default_factory=dict)  # the last batch's figures
 
     def read(self, path: str) -> None:
@@ -45,14 +46,22 @@ class _Totals:
             except ValueError:
                 continue
             if isinstance(figures, dict) and isinstance(figures.get("batch"), int):
-                self.recent[figures["batch"]] = {name: int(figures.get(name) or 0) for name in COUNTED}
+                self.recent[figures["batch"]] = figures
                 self.last = figures
         for batch in sorted(self.recent)[:-RECENT_BATCHES]:
-            for name, value in self.recent.pop(batch).items():
-                self.folded[name] += value
+            figures = self.recent.pop(batch)
+            for name in COUNTED:
+                self.folded[name] += _count(figures, name)
 
     def total(self, name: str) -> int:
-        return self.folded[name] + sum(counts[name] for counts in self.recent.values())
+        return self.folded[name] + sum(_count(figures, name) for figures in self.recent.values())
+
+    def history(self, batches: int) -> list[dict[str, Any]]:
+        return [self.recent[batch] for batch in sorted(self.recent)[-batches:]]
+
+
+def _count(figures: dict[str, Any], name: str) -> int:
+    return int(figures.get(name) or 0)
 
 
 class Metrics:
@@ -62,6 +71,19 @@ class Metrics:
         self.progress_file = progress_file
         self._totals: dict[str, _Totals] = {}
         self._lock = threading.Lock()
+
+    def _read(self, entry: Entry) -> _Totals:
+        totals = self._totals.setdefault(entry.name, _Totals())
+        totals.read(os.path.join(entry.state_dir, self.progress_file))
+        return totals
+
+    def figures(self, entry: Entry, batches: int = CHARTED_BATCHES) -> dict[str, Any]:
+        """One pipeline's totals (each batch id once), its last batch's figures and its recent
+        batches', oldest first (what the web UI charts)."""
+        with self._lock:
+            totals = self._read(entry)
+            return {"pipeline": entry.name, "totals": {name: totals.total(name) for name in COUNTED},
+                    "last": totals.last, "recent": totals.history(batches)}
 
     def exposition(self, entries: list[Entry]) -> str:
         families: dict[str, tuple[str, str, list[str]]] = {}
@@ -73,8 +95,7 @@ class Metrics:
 
         with self._lock:
             for entry in entries:
-                totals = self._totals.setdefault(entry.name, _Totals())
-                totals.read(os.path.join(entry.state_dir, self.progress_file))
+                totals = self._read(entry)
                 last, name = totals.last, entry.name
                 add("headrace_pipeline_running", "gauge", "1 while the pipeline's driver runs", name,
                     int(entry.status == RUNNING))

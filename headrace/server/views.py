@@ -17,7 +17,7 @@ from typing import Any
 
 from headrace.connectors.view_store import AsOf, ViewReader, store_path
 from headrace.contract import END_OF_INPUT_MS
-from headrace.environment.checkpoints import run_dir
+from headrace.server.pipeline_dirs import run_dirs
 from headrace.server.registry import Entry
 from headrace.server.supervisor import Refused
 
@@ -29,12 +29,10 @@ HEARTBEAT_S = 15.0  # a comment line this often on a quiet feed, so a gone clien
 
 
 def reader_of(entry: Entry) -> ViewReader:
-    """The store of a server pipeline: its state dir holds the one pipeline, so its views are in
-    that pipeline's run dir."""
-    for child in sorted(os.listdir(entry.state_dir)) if os.path.isdir(entry.state_dir) else ():
-        path = store_path(run_dir(os.path.join(entry.state_dir, child), child, ""))
-        if os.path.exists(path):
-            return ViewReader(path)
+    """The store of a server pipeline, in its run dir."""
+    for folder in run_dirs(entry):
+        if os.path.exists(store_path(folder)):
+            return ViewReader(store_path(folder))
     return ViewReader("")
 
 

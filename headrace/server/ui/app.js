@@ -1,0 +1,236 @@
+// headrace's web UI: the server's pipelines, and for each its DAG, figures, queryable views, log
+// and lifecycle buttons. No build step and no request to another host: it reads the server's own
+// REST API (docs/control-plane.md), every second.
+
+const TOKEN_KEY = "headrace-token";
+const REFRESH_MS = 1000;
+const BAD_STATUSES = new Set(["failed", "restarting"]);
+
+// The token comes once in the URL the server prints (/?token=...); it is kept for this tab only.
+const token = (() => {
+  const params = new URLSearchParams(location.search);
+  if (params.has("token")) {
+    sessionStorage.setItem(TOKEN_KEY, params.get("token"));
+    history.replaceState(null, "", location.pathname + location.hash);
+  }
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+})();
+
+async function api(method, path, body) {
+  const headers = {};
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const answer = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const json = (answer.headers.get("Content-Type") || "").startsWith("application/json");
+  const data = json ? await answer.json() : await answer.text();
+  if (!answer.ok) throw new Error(json ? data.error : data);
+  return data;
+}
+
+// A DOM element: el("td", {class: "x"}, "text", child, ...); text is never parsed as HTML.
+function el(tag, attributes = {}, ...children) {
+  const svg = ["svg", "g", "rect", "text", "path", "polyline", "title"].includes(tag);
+  const node = svg ? document.createElementNS("http://www.w3.org/2000/svg", tag) : document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (value !== undefined && value !== null) node.setAttribute(name, value);
+  }
+  for (const child of children.flat()) node.append(child instanceof Node ? child : String(child));
+  return node;
+}
+
+const number = (value, digits = 0) =>
+  value === undefined || value === null ? "–" : Number(value).toLocaleString("en", { maximumFractionDigits: digits });
+
+// Falling behind: the sources' backlog grew over the last three batches.
+function fallingBehind(recent) {
+  const lags = recent.slice(-3).map((batch) => batch.lag);
+  return lags.length === 3 && lags.every((lag) => typeof lag === "number") && lags[0] < lags[1] && lags[1] < lags[2];
+}
+
+function health(entry, figures) {
+  if (BAD_STATUSES.has(entry.status)) return { bad: true, why: entry.reason };
+  if (figures && fallingBehind(figures.recent)) return { bad: true, why: "falling behind: its backlog grows" };
+  return { bad: false, why: "" };
+}
+
+function statusBadge(entry, bad) {
+  const kind = bad ? "bad" : entry.status === "running" ? "good" : "";
+  return el("span", { class: `badge ${kind}`, id: "status", title: entry.reason }, entry.status);
+}
+
+// -- the list of pipelines -------------------------------------------------------------------------
+
+async function listPage(main) {
+  const entries = await api("GET", "/api/pipelines");
+  const rows = await Promise.all(entries.map(async (entry) => {
+    const figures = await api("GET", `/api/pipelines/${encodeURIComponent(entry.name)}/figures`);
+    const { bad, why } = health(entry, figures);
+    return el("tr", { "data-pipeline": entry.name },
+      el("td", {}, el("a", { href: `#/p/${encodeURIComponent(entry.name)}` }, entry.name)),
+      el("td", {}, statusBadge(entry, bad), " ", el("span", { class: "quiet" }, why)),
+      el("td", {}, number(figures.totals.input_rows)),
+      el("td", {}, number(figures.last.rows_per_second, 1)),
+      el("td", {}, number(figures.last.lag)),
+      el("td", {}, figures.totals.dead_letters ? el("span", { class: "badge bad" }, number(figures.totals.dead_letters)) : "0"),
+      el("td", {}, number(entry.restarts)));
+  }));
+  main.replaceChildren(
+    el("h2", {}, "Pipelines"),
+    entries.length === 0 ? el("p", { class: "quiet" }, "No pipelines: headrace submit FILE starts one.") :
+      el("table", { id: "pipelines" },
+        el("tr", {}, ["pipeline", "status", "records", "records/s", "backlog", "dead letters", "restarts"]
+          .map((title) => el("th", {}, title))),
+        rows));
+}
+
+// -- one pipeline -------------------------------------------------------------------------------
+
+// Each step in the layer after its inputs', left to right; edges from an input's right side.
+function dagSvg(nodes, bad) {
+  const layer = new Map();
+  const depth = (node) => {
+    if (!layer.has(node.name)) {
+      layer.set(node.name, 0);
+      const inputs = node.inputs.map((name) => nodes.find((n) => n.name === name)).filter(Boolean);
+      layer.set(node.name, inputs.length ? 1 + Math.max(...inputs.map(depth)) : 0);
+    }
+    return layer.get(node.name);
+  };
+  nodes.forEach(depth);
+  const place = new Map();
+  const rowsUsed = [];
+  for (const node of nodes) {
+    const column = layer.get(node.name);
+    const row = rowsUsed[column] = (rowsUsed[column] ?? -1) + 1;
+    place.set(node.name, { x: 10 + column * 180, y: 10 + row * 56 });
+  }
+  const width = 20 + 180 * (Math.max(0, ...layer.values()) + 1);
+  const height = 20 + 56 * Math.max(1, ...rowsUsed.map((r) => r + 1));
+  const edges = nodes.flatMap((node) => node.inputs.filter((input) => place.has(input)).map((input) => {
+    const from = place.get(input), to = place.get(node.name);
+    const [x1, y1, x2, y2] = [from.x + 150, from.y + 20, to.x, to.y + 20];
+    return el("path", { class: "edge", "data-from": input, "data-to": node.name,
+                        d: `M${x1},${y1} C${x1 + 15},${y1} ${x2 - 15},${y2} ${x2},${y2}` });
+  }));
+  const boxes = nodes.map((node) => {
+    const { x, y } = place.get(node.name);
+    return el("g", { class: `node${bad ? " bad" : ""}`, "data-step": node.name, transform: `translate(${x},${y})` },
+      el("title", {}, `${node.kind}${node.type ? " " + node.type : ""} (${node.defined_at})`),
+      el("rect", { width: 150, height: 40, rx: 4 }),
+      el("text", { x: 8, y: 16 }, node.name),
+      el("text", { x: 8, y: 32, class: "quiet" }, node.type || node.kind.replaceAll("_", " ")));
+  });
+  return el("svg", { class: `dag${bad ? " bad" : ""}`, width, height, viewBox: `0 0 ${width} ${height}` }, edges, boxes);
+}
+
+// The recent batches' input records, as a line.
+function chart(recent) {
+  const values = recent.map((batch) => batch.input_rows || 0);
+  const top = Math.max(1, ...values);
+  const points = values.map((value, i) => `${5 + i * 4},${65 - (60 * value) / top}`).join(" ");
+  return el("svg", { class: "chart", width: 500, height: 70, id: "chart" },
+    el("polyline", { points, fill: "none", stroke: "#3d6fb6", "stroke-width": 2 }));
+}
+
+function kpis(entry, figures) {
+  const last = figures.last;
+  const shown = [
+    ["batches", last.batch === undefined ? 0 : last.batch + 1], ["records", figures.totals.input_rows],
+    ["records/s", number(last.rows_per_second, 1)], ["batch ms", last.batch_ms], ["watermark", last.watermark || "–"],
+    ["state rows", last.state_rows], ["backlog", last.lag], ["dead letters", figures.totals.dead_letters],
+    ["late dropped", figures.totals.late_rows_dropped], ["restarts", entry.restarts],
+  ];
+  return el("div", { class: "kpis" }, shown.map(([name, value]) =>
+    el("div", { class: "kpi", "data-kpi": name }, el("b", {}, typeof value === "number" ? number(value) : value ?? "–"),
+      name)));
+}
+
+function viewsTable(views) {
+  return el("table", { id: "state-views" }, views.map((v) => el("tr", {}, el("td", {}, v.view),
+    el("td", {}, `as of batch ${v.batch_id}`), el("td", {}, `watermark ${v.watermark ?? "–"}`))));
+}
+
+// The views, and a lookup form kept across refreshes (made again when the views change).
+function statePanel(name, views, kept) {
+  const names = views.map((v) => v.view).join(",");
+  if (kept && kept.dataset.views === names) {
+    kept.querySelector("#state-views").replaceWith(viewsTable(views));
+    return kept;
+  }
+  const result = el("pre", { id: "state-result" }, "");
+  const view = el("select", { id: "state-view" }, views.map((v) => el("option", { value: v.view }, v.view)));
+  const key = el("input", { id: "state-key", placeholder: "a key, or a prefix" });
+  const show = async (path) => {
+    try {
+      result.textContent = JSON.stringify(await api("GET", path), null, 1);
+    } catch (error) {
+      result.textContent = error.message;
+    }
+  };
+  const base = () => `/api/pipelines/${encodeURIComponent(name)}/state/${encodeURIComponent(view.value)}`;
+  return el("section", { id: "state", "data-views": names }, el("h3", {}, "Queryable state"),
+    views.length === 0 ? el("p", { class: "quiet" }, "No views yet (stream.queryable(\"name\") makes one; it " +
+                                                      "appears with the pipeline's first batch).") : [
+      viewsTable(views),
+      el("p", {}, view, " ", key, " ",
+        el("button", { id: "state-lookup", onclick: () => show(`${base()}/${encodeURIComponent(key.value)}`) }, "Look up"),
+        el("button", { id: "state-scan", onclick: () => show(`${base()}?prefix=${encodeURIComponent(key.value)}`) },
+          "Keys with this prefix")),
+      result]);
+}
+
+function lifecycle(name, message) {
+  const act = async (action) => {
+    try {
+      const entry = await api("POST", `/api/pipelines/${encodeURIComponent(name)}/${action}`);
+      message.textContent = `${action}: ${entry.status} (${entry.reason})`;
+    } catch (error) {
+      message.textContent = `${action} refused: ${error.message}`;
+    }
+  };
+  return el("p", {}, ["pause", "resume", "stop", "restart"].map((action) =>
+    el("button", { "data-action": action, onclick: () => act(action) }, action)), message);
+}
+
+async function pipelinePage(main, name, first) {
+  const path = `/api/pipelines/${encodeURIComponent(name)}`;
+  const [entry, figures, plan, views, log] = await Promise.all([api("GET", path), api("GET", `${path}/figures`),
+    api("GET", `${path}/dag`), api("GET", `${path}/state`), api("GET", `${path}/logs?lines=30`)]);
+  const { bad, why } = health(entry, figures);
+  const message = first ? el("span", { id: "message", class: "quiet" }) : document.getElementById("message");
+  const parts = [
+    el("h2", {}, name, " ", statusBadge(entry, bad), " ", el("span", { class: "quiet", id: "reason" }, why || entry.reason)),
+    lifecycle(name, message),
+    kpis(entry, figures),
+    el("section", {}, el("h3", {}, "DAG"), dagSvg(plan.nodes, bad)),
+    el("section", {}, el("h3", {}, "Records per batch (recent batches)"), chart(figures.recent)),
+  ];
+  const state = statePanel(name, views.views, first ? null : document.getElementById("state"));
+  main.replaceChildren(...parts, state, el("section", {}, el("h3", {}, "Driver log"),
+    el("pre", { id: "log" }, log || "(empty)")), el("p", { class: "quiet" }, el("a", { href: "#/" }, "all pipelines")));
+}
+
+// -- routing -------------------------------------------------------------------------------------
+
+let shown = "";
+async function render() {
+  const main = document.getElementById("main");
+  const route = location.hash.replace(/^#/, "") || "/";
+  const first = route !== shown;
+  shown = route;
+  try {
+    const match = route.match(/^\/p\/(.+)$/);
+    if (match) await pipelinePage(main, decodeURIComponent(match[1]), first);
+    else await listPage(main);
+  } catch (error) {
+    main.replaceChildren(el("p", { class: "badge bad", id: "error" }, error.message), " ",
+      el("a", { href: "#/" }, "all pipelines"));
+    shown = "";
+  }
+}
+
+document.getElementById("server").textContent = location.host;
+window.addEventListener("hashchange", render);
+render();
+setInterval(render, REFRESH_MS);

@@ -1,0 +1,121 @@
+"""The server's web UI in a real headless Chromium (Debian's package, driven by Playwright): a
+submitted pipeline's DAG and moving counters, a state lookup equal to sums made here, pause,
+resume, a SIGKILLed driver shown restarting and back, a stop, with the output exact, no console
+error and no request to another host."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import service_or_skip
+from test_server import Server
+
+from headrace.connectors.files_sink import read_rows
+
+PIPELINE = """import headrace as hr
+
+p = hr.Pipeline("orders_ui")
+orders = p.source("orders", hr.sources.Files({inbox!r}, schema="id long, customer string, amount long",
+                                            max_files_per_batch=1))
+orders.sink("out", hr.sinks.Files({out!r}, format="jsonl"))
+orders.key_by("customer").sum("amount", name="spend").queryable("spend_by_customer")
+"""
+STEPS = {"orders", "out", "key_by", "spend", "spend_by_customer"}
+FILES = [[(1, "c1", 10), (2, "c2", 20)], [(3, "c1", 5)], [(4, "c2", 7)], [(5, "c1", 1)]]
+
+
+def write(inbox: Path, n: int) -> None:
+    lines = [f'{{"id": {i}, "customer": "{c}", "amount": {a}}}\n' for i, c, a in FILES[n]]
+    (inbox / f".{n}.tmp").write_text("".join(lines))
+    os.replace(inbox / f".{n}.tmp", inbox / f"{n}.jsonl")  # whole, or not at all, for the reader
+
+
+def spend(files: int, customer: str) -> int:
+    return sum(a for rows in FILES[:files] for _, c, a in rows if c == customer)
+
+
+@pytest.fixture
+def browser() -> Any:
+    chromium = shutil.which("chromium")
+    service_or_skip("Chromium", chromium is not None, "bash scripts/services.sh installs Debian's chromium")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    (tmp_path / "orders.py").write_text(PIPELINE.format(inbox=str(inbox), out=str(out)))
+    server = Server(tmp_path).start(HEADRACE_RESTART_BACKOFF="3s")  # long enough to see "restarting"
+    try:
+        assert server.cli("submit", "orders.py").returncode == 0
+        write(inbox, 0)
+        page = browser.new_page()
+        problems: list[str] = []
+        hosts: set[str] = set()
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: hosts.add(r.url.split("/")[2]))
+        loaded = page.goto(f"{server.url}/?token={server.token}")
+        assert loaded is not None and "default-src 'none'" in loaded.headers["content-security-policy"]
+
+        row = page.locator("#pipelines tr[data-pipeline='orders_ui']")
+        expect(row).to_contain_text("running", timeout=60_000)
+        row.locator("a").click()
+        expect(page.locator("svg.dag .node")).to_have_count(len(STEPS), timeout=60_000)
+        drawn = {node.get_attribute("data-step") for node in page.locator("svg.dag .node").all()}
+        assert drawn == STEPS
+        assert page.locator("svg.dag .edge[data-from='key_by'][data-to='spend']").count() == 1
+
+        records = page.locator(".kpi[data-kpi='records'] b")
+        expect(records).to_have_text("2", timeout=120_000)  # the counters move as files arrive
+        write(inbox, 1)
+        expect(records).to_have_text("3", timeout=120_000)
+
+        page.select_option("#state-view", "spend_by_customer")
+        page.fill("#state-key", "c1")
+        page.click("#state-lookup")
+        expect(page.locator("#state-result")).to_contain_text(f'"sum": {spend(2, "c1")}', timeout=30_000)
+
+        status = page.locator("#status")
+        page.click("button[data-action=pause]")
+        expect(status).to_have_text("paused", timeout=120_000)
+        write(inbox, 2)  # waits in the directory while paused
+        page.click("button[data-action=resume]")
+        expect(status).to_have_text("running", timeout=120_000)
+        expect(records).to_have_text("4", timeout=120_000)
+
+        pid = server.status("orders_ui")["pid"]
+        os.killpg(pid, signal.SIGKILL)  # the driver's whole process group
+        expect(status).to_have_text("restarting", timeout=30_000)
+        assert "bad" in (status.get_attribute("class") or "")  # drawn red, and so is the DAG
+        assert page.locator("svg.dag.bad").count() == 1
+        expect(status).to_have_text("running", timeout=120_000)
+        expect(page.locator(".kpi[data-kpi='restarts'] b")).to_have_text("1")
+        write(inbox, 3)
+        expect(records).to_have_text("5", timeout=120_000)
+        page.click("#state-lookup")
+        expect(page.locator("#state-result")).to_contain_text(f'"sum": {spend(4, "c1")}', timeout=30_000)
+
+        page.click("button[data-action=stop]")
+        expect(status).to_have_text("stopped", timeout=120_000)
+        written = sorted((r["id"], r["amount"]) for r in read_rows(str(out), "jsonl"))
+        assert written == sorted((i, a) for rows in FILES for i, _, a in rows)  # each record once
+        assert problems == []
+        assert hosts == {server.url.split("/")[2]}
+        assert server.token not in page.url  # taken out of the address bar, kept for the tab
+    finally:
+        entry = server.status("orders_ui")
+        server.close()
+        if entry["pid"]:
+            os.killpg(entry["pid"], signal.SIGKILL)
