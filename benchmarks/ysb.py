@@ -82,8 +82,8 @@ class Config:
     latency: bool = True
 
 
-QUICK = Config(events=150_000, rows_per_batch=75_000, runs=1, python_runs=1, latency_seconds=2.0,
-               latency_runs=1, warmup_seconds=0.5)
+QUICK = Config(events=150_000, rows_per_batch=75_000, runs=1, python_runs=1, latency_seconds=5.0,
+               latency_runs=1, warmup_seconds=1.0)
 
 
 # ----------------------------------------------------------------------------------------------

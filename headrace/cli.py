@@ -239,6 +239,10 @@ def _report(result: Any, args: argparse.Namespace) -> None:
               f"{result.dead_letters} dead letters{restarts}, stopped: {result.stopped_by} ({result.elapsed_s} s)")
 
 
+WAIT_HELP = ("wait until it has happened: stopped, paused, or a new driver's query started; exit 1 if the "
+             "pipeline failed or stopped first")
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     from headrace.server.service import run_server
 
@@ -259,12 +263,25 @@ def _show_pipeline(entry: dict[str, Any]) -> str:
     return f"{entry['name']}: {entry['status']}{restarts}{driver} ({entry['reason']}); {entry['file']}"
 
 
+def _waited(client: Any, answer: dict[str, Any], wait: bool) -> tuple[dict[str, Any], int]:
+    """``answer`` (a pipeline), or with ``wait`` the pipeline once the operation the request began
+    has ended; and the exit status: 1 when that operation failed."""
+    operation = answer.get("operation")
+    if not wait or not operation:
+        return answer, 0
+    ended = client.wait_for(operation["id"])
+    entry = client.call("GET", client.pipeline(answer["name"]))
+    if ended["status"] != "done":
+        print(f"headrace: {ended['action']} of {answer['name']} failed: {ended['detail']}", file=sys.stderr)
+    return {**entry, "operation": ended}, int(ended["status"] != "done")
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
     body = {"file": os.path.abspath(args.file), **({"name": args.name} if args.name else {})}
-    entry = client.call("POST", "/api/pipelines", body)
+    entry, status = _waited(client, client.call("POST", "/api/pipelines", body), args.wait)
     print(json.dumps(entry) if args.json else _show_pipeline(entry))
-    return 0
+    return status
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -290,9 +307,10 @@ def cmd_pipeline_action(args: argparse.Namespace) -> int:
         answer = client.call("POST", f"{path}/upgrade", {"file": os.path.abspath(args.file)})
     else:
         answer = client.call("POST", f"{path}/{args.command}" + ("?now=true" if getattr(args, "now", False) else ""))
+    answer, status = _waited(client, answer, getattr(args, "wait", False))
     print(json.dumps(answer) if getattr(args, "json", False) else
           f"removed {args.name}" if args.command == "remove" else _show_pipeline(answer))
-    return 0
+    return status
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -419,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("file", metavar="FILE")
     submit.add_argument("--name", help="the pipeline's name on the server (default: the pipeline's own)")
     submit.add_argument("--json", action="store_true", help="the answer as JSON")
+    submit.add_argument("--wait", action="store_true", help=WAIT_HELP)
     client_options(submit)
     submit.set_defaults(handler=cmd_submit)
     listing = commands.add_parser("list", help="the server's pipelines and their status")
@@ -440,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("file", metavar="FILE", help="the pipeline's new file")
         if action not in ("logs", "remove"):
             sub.add_argument("--json", action="store_true", help="the answer as JSON")
+        if action in ("stop", "pause", "resume", "restart", "upgrade"):
+            sub.add_argument("--wait", action="store_true", help=WAIT_HELP)
         if action == "stop":
             sub.add_argument("--now", action="store_true", help="stop at once, not at a batch boundary")
         if action == "logs":

@@ -170,7 +170,8 @@ def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Pa
         "/api/pipelines", "/api/pipelines/{name}", "/metrics", "/api/pipelines/{name}/logs",
         "/api/pipelines/{name}/{action}", "/api/pipelines/{name}/state", "/api/pipelines/{name}/state/{view}",
         "/api/pipelines/{name}/state/{view}/{key}", "/api/pipelines/{name}/changes/{view}",
-        "/api/pipelines/{name}/figures", "/api/pipelines/{name}/dag"}
+        "/api/pipelines/{name}/figures", "/api/pipelines/{name}/dag", "/api/pipelines/{name}/exceptions",
+        "/api/operations/{id}"}
     assert server.call("GET", "/api/pipelines", token=False) == (200, [])  # reads on 127.0.0.1 need no token
     refusals = [
         (server.call("POST", "/api/pipelines", b'{"file": "x.py"}', token=False), 401, "needs the server's token"),
@@ -188,6 +189,7 @@ def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Pa
         (server.call("DELETE", "/api/pipelines"), 405, "GET and POST only"),
         (server.call("POST", "/api/pipelines/nope/stop", headers={"Origin": "http://evil.example"}), 403,
          "a POST from another site (http://evil.example) is refused"),
+        (server.call("GET", "/api/operations/ab12"), 404, "no operation 'ab12'"),
         (server.call("GET", "/api/pipelines/nope/state/totals/a%7Cb"), 404, "no pipeline 'nope'"),
         (server.call("GET", "/api/pipelines/nope/state/totals?limit=5000"), 400, "limit must be a whole number"),
         (server.call("GET", "/api/pipelines/nope/state/totals?min_batch=-1"), 400, "min_batch must be a whole"),
@@ -328,20 +330,25 @@ def test_pause_resume_and_an_upgrade_keep_the_output_exact_and_a_refused_upgrade
     assert server.cli("submit", "orders.py").returncode == 0
     eventually("the first file's rows", lambda: len(out_rows(out)) == 1)
 
-    assert server.cli("pause", "orders_copy").returncode == 0
-    paused = eventually("the pause", lambda: (s := server.status("orders_copy"))["status"] == "paused" and s)
-    assert paused["pid"] == 0 and paused["last_exit"] == 0
+    # --wait: until the operation the request began has ended
+    assert server.cli("pause", "orders_copy", "--wait").returncode == 0
+    paused = server.status("orders_copy")
+    assert (paused["status"], paused["pid"], paused["last_exit"]) == ("paused", 0, 0)
     (inbox / "b.jsonl").write_text('{"id": 2, "amount": 20}\n')  # waits in the directory while paused
-    assert server.cli("resume", "orders_copy").returncode == 0
+    resumed = server.cli("resume", "orders_copy", "--wait", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    operation = json.loads(resumed.stdout)["operation"]
+    assert (operation["action"], operation["status"]) == ("resume", "done")
+    assert server.call("GET", f"/api/operations/{operation['id']}") == (200, operation)
     eventually("the second file's rows", lambda: len(out_rows(out)) == 2)
 
     doubled = PIPELINE.replace(').sink(\n', ').select("id", "amount", doubled=hr.col("amount") * 2).sink(\n')
     (tmp_path / "orders_v2.py").write_text(doubled.format(inbox=str(inbox), out=str(out)))
     before = server.status("orders_copy")
-    upgraded = server.cli("upgrade", "orders_copy", "orders_v2.py")
+    upgraded = server.cli("upgrade", "orders_copy", "orders_v2.py", "--wait", "--json")
     assert upgraded.returncode == 0, upgraded.stderr
-    after = eventually("the new version", lambda: (s := server.status("orders_copy"))["pid"] not in (
-        0, before["pid"]) and s)
+    after = json.loads(upgraded.stdout)  # the new version's driver is under way
+    assert after["pid"] not in (0, before["pid"]) and after["operation"]["status"] == "done"
     assert after["file"] == str(tmp_path / "orders_v2.py") and after["restarts"] == 0
     (inbox / "c.jsonl").write_text('{"id": 3, "amount": 30}\n')
     eventually("the third file's rows", lambda: len(out_rows(out)) == 3)
@@ -355,8 +362,8 @@ def test_pause_resume_and_an_upgrade_keep_the_output_exact_and_a_refused_upgrade
     assert "orders" in refused.stderr.split("runs on:", 1)[1]  # the reason names the changed source
     assert server.status("orders_copy")["pid"] == after["pid"]  # the old version was not touched
 
-    assert server.cli("stop", "orders_copy").returncode == 0
-    eventually("the stop", lambda: server.status("orders_copy")["status"] == "stopped")
+    assert server.cli("stop", "orders_copy", "--wait").returncode == 0
+    assert server.status("orders_copy")["status"] == "stopped"
     assert out_rows(out) == [(1, 10), (2, 20), (3, 30)]  # each record once, across the pause and the upgrade
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from headrace.connectors.files_sink import read_rows
 
-STEPS, ROWS = 15, 20
+STEPS, ROWS = 10, 20
 PIPELINE = f'''
 import os
 import time

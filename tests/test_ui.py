@@ -119,3 +119,47 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         server.close()
         if entry["pid"]:
             os.killpg(entry["pid"], signal.SIGKILL)
+
+
+FAILING = """import headrace as hr
+
+
+def checked(order):
+    if order["amount"] < 0:
+        raise ValueError("a negative amount")
+    return order
+
+
+p = hr.Pipeline("orders_failing")
+(p.source("orders", hr.sources.Files({inbox!r}, schema="id long, amount long"))
+  .map(checked, schema={{"id": "long", "amount": "long"}}, name="check")
+  .sink("out", hr.sinks.Files({out!r}, format="jsonl")))
+"""
+
+
+def test_a_record_that_fails_shows_as_one_exception_with_its_count(browser: Any, tmp_path: Path) -> None:
+    """A step that raises on a record ends its driver; the server restarts it once (its restart
+    strategy here), the same record fails again: the page shows the pipeline failed, in red, and one
+    exception counted twice, as /metrics counts it."""
+    from playwright.sync_api import expect
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_text('{"id": 1, "amount": 10}\n{"id": 2, "amount": -5}\n')
+    (tmp_path / "failing.py").write_text(FAILING.format(inbox=str(inbox), out=str(tmp_path / "out")))
+    server = Server(tmp_path).start(HEADRACE_RESTART_ATTEMPTS="1", HEADRACE_RESTART_BACKOFF="0s")
+    try:
+        assert server.cli("submit", "failing.py").returncode == 0
+        page = browser.new_page()
+        page.goto(f"{server.url}/?token={server.token}#/p/orders_failing")
+        expect(page.locator("#status")).to_have_text("failed", timeout=180_000)
+        assert "bad" in (page.locator("#status").get_attribute("class") or "")
+        rows = page.locator("#exceptions tr:has(td)")
+        expect(rows).to_have_count(1)
+        expect(rows.locator("td.count")).to_have_text("2")
+        expect(rows.locator("td.message")).to_have_text("step 'check' (checked at failing.py:4) raised ValueError: "
+                                                        "a negative amount (record: {'amount': -5, 'id': 2})")
+        status, text = server.call("GET", "/metrics")
+        assert status == 200 and 'headrace_exceptions_total{pipeline="orders_failing"} 2' in text.splitlines()
+    finally:
+        server.close()

@@ -93,7 +93,8 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     control += sum(flush_rows(s.get("startOffset"), s.get("endOffset")) for s in progress.get("sources") or ())
     repeated = _observed(progress, REPEAT_METRIC_PREFIX, "repeated_rows")
     rows = (progress.get("numInputRows") or 0) - control - repeated
-    batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+    durations = progress.get("durationMs") or {}
+    batch_ms = durations.get("triggerExecution")
     lags = [behind for behind in map(lag, progress.get("sources") or ()) if behind is not None]
     records, files = [n for n, unit in lags if unit == "records"], [n for n, unit in lags if unit == "files"]
     return {
@@ -107,6 +108,9 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
         "batch_ms": batch_ms,
         "lag": sum(records) if records else None,  # records the sources left for later batches
         "lag_files": sum(files) if files else None,
+        # where the batch's time went, by Spark's phases (planning, running the batch, commits)
+        "phases_ms": {phase: ms for phase, ms in durations.items() if phase != "triggerExecution"},
+        "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in progress.get("stateOperators", [])),
     }
 
 
@@ -149,6 +153,12 @@ class ProgressDisplay:
         self.stream = stream or (sys.stdout if mode == "json" else sys.stderr)
         self.interactive = self.stream.isatty()
         self.log_path = config.PROGRESS_LOG.get()  # every batch's figures as JSON lines, whatever the mode
+
+    def started(self) -> None:
+        """The query started (its plan and checkpoint accepted): noted in the progress log, where the
+        server sees that a driver it started is under way (``headrace/server/operations.py``)."""
+        if self.log_path:
+            self._log({"started": True, "at": round(time.time(), 3)})
 
     def batch(self, figures: dict[str, Any], totals: dict[str, int], restarts: int) -> None:
         if self.log_path:

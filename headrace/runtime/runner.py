@@ -183,6 +183,7 @@ class PipelineRun:
                 record_plan(self.plan, self.root)
                 self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir,
                                          self.trigger_interval)
+                self.display.started()
         except HeadraceError:
             raise
         except Exception as exc:  # noqa: BLE001 - Spark refused the query: say why in one line

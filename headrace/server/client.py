@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from urllib.parse import quote, urlencode
 from headrace import config
 from headrace.errors import HeadraceError
 from headrace.server.service import ADDRESS_FILE, TOKEN_FILE
+
+WAIT_TIMEOUT_S, WAIT_POLL_S = 600.0, 0.25
 
 
 class ServerError(HeadraceError):
@@ -56,6 +59,18 @@ class Client:
         except (urllib.error.URLError, OSError) as exc:
             raise ServerError(f"no server answers at {self.url} ({getattr(exc, 'reason', exc)}); is `headrace "
                               "server` running?") from None
+
+    def wait_for(self, operation: str, timeout: float = WAIT_TIMEOUT_S) -> dict[str, Any]:
+        """The operation ``operation`` once it has ended (done or failed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = dict(self.call("GET", f"/api/operations/{quote(operation, safe='')}"))
+            if answer["status"] != "running":
+                return answer
+            if time.monotonic() > deadline:
+                raise ServerError(f"operation {operation} ({answer['action']} of {answer['pipeline']}) has not ended "
+                                  f"after {timeout:g} s; it waits {answer['detail']}")
+            time.sleep(WAIT_POLL_S)
 
     def pipeline(self, name: str) -> str:
         return f"/api/pipelines/{quote(name, safe='')}"

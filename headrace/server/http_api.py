@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+import time
 from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +24,7 @@ from headrace.server import views
 from headrace.server.metrics import Metrics
 from headrace.server.openapi import ACTIONS, OPENAPI
 from headrace.server.pipeline_dirs import dag
+from headrace.server.registry import Entry
 from headrace.server.supervisor import PROGRESS_FILE, Refused, Supervisor
 
 MAX_BODY = 64 * 1024
@@ -36,6 +38,8 @@ STATE_KEY = re.compile(r"^/api/pipelines/([^/]+)/state/([^/]+)/(.+)$")
 CHANGES = re.compile(r"^/api/pipelines/([^/]+)/changes/([^/]+)$")
 FIGURES = re.compile(r"^/api/pipelines/([^/]+)/figures$")
 DAG = re.compile(r"^/api/pipelines/([^/]+)/dag$")
+EXCEPTIONS = re.compile(r"^/api/pipelines/([^/]+)/exceptions$")
+OPERATION = re.compile(r"^/api/operations/([0-9a-f]{1,32})$")
 # The web UI's files (headrace/server/ui/), by path; they hold no data, so they need no token.
 UI_FILES = {"/": ("index.html", "text/html"), "/ui/app.js": ("app.js", "text/javascript"),
             "/ui/style.css": ("style.css", "text/css")}
@@ -106,7 +110,10 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/api/openapi.json" and method == "GET":
             return 200, OPENAPI
         if path == "/metrics" and method == "GET":
-            return 200, api.metrics.exposition(api.supervisor.registry.all())
+            registry = api.supervisor.registry
+            entries = registry.all()
+            errors = {e.name: sum(found["count"] for found in registry.exceptions(e.name)) for e in entries}
+            return 200, api.metrics.exposition(entries, errors)
         if path == "/api/pipelines":
             if method == "GET":
                 return 200, [entry.public() for entry in api.supervisor.registry.all()]
@@ -120,35 +127,51 @@ class Handler(BaseHTTPRequestHandler):
             file = body.get("file")
             if not isinstance(file, str) or not file:
                 raise Refused(400, "give the pipeline's file as \"file\": a path on the server's machine")
+            asked_at = time.time()
             entry, started = api.supervisor.submit(file, name)
-            return (201 if started else 200), entry.public()
+            return (201, self._operation(entry, "submit", asked_at)) if started else (200, entry.public())
         if method == "GET" and (match := FIGURES.match(path)):
             return 200, api.metrics.figures(api.supervisor.existing(match.group(1)))
         if method == "GET" and (match := DAG.match(path)):
             return 200, dag(api.supervisor.existing(match.group(1)))
+        if method == "GET" and (match := EXCEPTIONS.match(path)):
+            name = api.supervisor.existing(match.group(1)).name
+            return 200, {"pipeline": name, "exceptions": api.supervisor.registry.exceptions(name)}
         if method == "GET" and (answer := self._state(path, query)) is not None:
             return answer
         if (match := LOGS.match(path)) and method == "GET":
             lines = _integer(query.get("lines", "200"), "lines", 1, 10_000)
             return 200, api.supervisor.logs(match.group(1), lines)
+        if (match := OPERATION.match(path)) and method == "GET":
+            operation = api.supervisor.operations.get(match.group(1))
+            if operation is None:
+                raise Refused(404, f"no operation {match.group(1)!r}")
+            return 200, operation.public()
         if (match := PIPELINE.match(path)) and method == "GET":
             return 200, api.supervisor.existing(match.group(1)).public()
         if (match := ACTION.match(path)) and method == "POST":
             name, action = match.groups()
             if action not in ACTIONS:
                 raise Refused(404, f"no action {action!r}: the actions are {', '.join(ACTIONS)}")
+            asked_at = time.time()
             if action == "stop":
-                return 200, api.supervisor.stop(name, now=_boolean(query.get("now", "false"), "now")).public()
+                entry = api.supervisor.stop(name, now=_boolean(query.get("now", "false"), "now"))
+                return 200, self._operation(entry, action, asked_at)
             if action in ("pause", "resume", "restart"):
-                return 200, getattr(api.supervisor, action)(name).public()
+                return 200, self._operation(getattr(api.supervisor, action)(name), action, asked_at)
             if action == "upgrade":
                 file = self._json_body().get("file")
                 if not isinstance(file, str) or not file:
                     raise Refused(400, "give the new file as \"file\": a path on the server's machine")
-                return 200, api.supervisor.upgrade(name, file).public()
+                return 200, self._operation(api.supervisor.upgrade(name, file), action, asked_at)
             api.supervisor.remove(name)
             return 200, {"removed": name}
         raise Refused(404, f"no {method} {url.path}: see /api/openapi.json")
+
+    def _operation(self, entry: Entry, action: str, asked_at: float) -> dict[str, Any]:
+        """The pipeline, with the operation its request began (``GET /api/operations/{id}`` follows it)."""
+        operation = self.api.supervisor.operations.begin(entry.name, action, asked_at)
+        return {**entry.public(), "operation": operation.public()}
 
     def _state(self, path: str, query: dict[str, str]) -> tuple[int, Any] | None:
         """The answer of a GET on a pipeline's queryable state, or None for another path."""

@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.contract import END_OF_INPUT_MS
 from headrace.server.registry import RUNNING, Entry
 
 COUNTED = ("input_rows", "dead_letters", "late_rows_dropped")
@@ -85,7 +86,8 @@ class Metrics:
             return {"pipeline": entry.name, "totals": {name: totals.total(name) for name in COUNTED},
                     "last": totals.last, "recent": totals.history(batches)}
 
-    def exposition(self, entries: list[Entry]) -> str:
+    def exposition(self, entries: list[Entry], errors: dict[str, int]) -> str:
+        """Every pipeline's figures; ``errors``: the errors each one's drivers ended with."""
         families: dict[str, tuple[str, str, list[str]]] = {}
 
         def add(name: str, kind: str, text: str, pipeline: str, value: float | None) -> None:
@@ -101,6 +103,8 @@ class Metrics:
                     int(entry.status == RUNNING))
                 add("headrace_driver_restarts_total", "counter", "drivers the server restarted after they died",
                     name, entry.restarts)
+                add("headrace_exceptions_total", "counter", "errors its drivers ended with", name,
+                    errors.get(name, 0))
                 add("headrace_batches_total", "counter", "micro-batches committed (the last batch id + 1)", name,
                     last["batch"] + 1 if last else 0)
                 add("headrace_input_records_total", "counter", "records read from the sources", name,
@@ -118,6 +122,10 @@ class Metrics:
                         _epoch(last.get("watermark")))
                     add("headrace_state_rows", "gauge", "rows in the stateful steps' state", name,
                         last.get("state_rows"))
+                    add("headrace_state_memory_bytes", "gauge", "memory of the stateful steps' state stores", name,
+                        last.get("state_memory_bytes"))
+                    add("headrace_watermark_lag_seconds", "gauge", "how far the watermark was behind the clock "
+                        "when the last micro-batch ended", name, _watermark_lag(last))
                     add("headrace_source_lag_records", "gauge", "records the sources left for later batches",
                         name, last.get("lag"))
                     add("headrace_last_batch_timestamp_seconds", "gauge", "when the last micro-batch ended", name,
@@ -134,6 +142,15 @@ def _label(value: str) -> str:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _watermark_lag(figures: dict[str, Any]) -> float | None:
+    """When the batch ended less its watermark, in seconds (None without a watermark, or past the
+    end of a bounded input)."""
+    watermark, ended = _epoch(figures.get("watermark")), figures.get("at")
+    if watermark is None or not isinstance(ended, (int, float)) or watermark * 1000 >= END_OF_INPUT_MS:
+        return None
+    return round(ended - watermark, 3)
 
 
 def _epoch(moment: Any) -> float | None:

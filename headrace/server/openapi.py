@@ -48,7 +48,12 @@ OPENAPI: dict[str, Any] = {
                                                       "paused", "finished", "failed"]},
                 "wanted": {"type": "boolean"}, "pid": {"type": "integer"}, "restarts": {"type": "integer"},
                 "last_exit": {"type": "integer", "nullable": True}, "reason": {"type": "string"},
-                "submitted_at": {"type": "number"}, "updated_at": {"type": "number"}}},
+                "submitted_at": {"type": "number"}, "updated_at": {"type": "number"},
+                "operation": {"$ref": "#/components/schemas/Operation"}}},
+            "Operation": {"type": "object", "properties": {
+                "id": {"type": "string"}, "pipeline": {"type": "string"}, "action": {"type": "string"},
+                "status": {"type": "string", "enum": ["running", "done", "failed"]}, "detail": {"type": "string"},
+                "started_at": {"type": "number"}, "ended_at": {"type": "number", "nullable": True}}},
             "Submit": {"type": "object", "required": ["file"], "additionalProperties": False, "properties": {
                 "file": {"type": "string", "minLength": 1}, "name": {"type": "string"}}},
         },
@@ -66,6 +71,14 @@ OPENAPI: dict[str, Any] = {
                                    "400": _error("bad input, or a pipeline that does not build"),
                                    "401": _error("no token"), "403": _error("a file outside the allowed directories"),
                                    "409": _error("the name runs another file")}}},
+        "/api/operations/{id}": {"get": {
+            "summary": "an operation a request began (submit, stop, pause, resume, restart, upgrade): running until "
+                       "what it asked for has happened, then done, or failed saying why",
+            "parameters": [{"name": "id", "in": "path", "required": True,
+                            "schema": {"type": "string", "pattern": "^[0-9a-f]{1,32}$"}}],
+            "responses": {"200": {"description": "the operation",
+                                  **_json_of({"$ref": "#/components/schemas/Operation"})},
+                          "404": _error("no such operation")}}},
         "/metrics": {"get": {"summary": "every pipeline's figures, in Prometheus's text format", "responses": {
             "200": {"description": "the metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
         "/api/pipelines/{name}": {"get": {
@@ -80,6 +93,8 @@ OPENAPI: dict[str, Any] = {
             "its totals (each batch once), its last batch's figures and its recent batches'"),
         "/api/pipelines/{name}/dag": _object_of_pipeline(
             "the steps of the plan its driver runs: name, kind, inputs, where defined, connector type"),
+        "/api/pipelines/{name}/exceptions": _object_of_pipeline(
+            "the errors its drivers ended with, each once with its count, its first and last time, the latest first"),
         "/api/pipelines/{name}/state": _object_of_pipeline(
             "the pipeline's queryable views, each with the batch and watermark it is as of"),
         "/api/pipelines/{name}/state/{view}": {"get": {

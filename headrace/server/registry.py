@@ -15,6 +15,15 @@ STARTING, RUNNING, RESTARTING, STOPPING, STOPPED, PAUSED, FINISHED, FAILED = (
 LIVE = (STARTING, RUNNING, RESTARTING, STOPPING)
 
 
+def exception_key(message: str) -> str:
+    """What makes two errors the same: the message without the record it names.
+
+    >>> exception_key("step 'parse' (app.py:9) raised ValueError: bad amount (record: {'id': 7})")
+    "step 'parse' (app.py:9) raised ValueError: bad amount"
+    """
+    return message.split(" (record: ", 1)[0]
+
+
 @dataclass
 class Entry:
     name: str
@@ -44,6 +53,9 @@ class Registry:
             name TEXT PRIMARY KEY, file TEXT NOT NULL, state_dir TEXT NOT NULL, status TEXT NOT NULL,
             wanted INTEGER NOT NULL, pid INTEGER NOT NULL, restarts INTEGER NOT NULL, last_exit INTEGER,
             reason TEXT NOT NULL, submitted_at REAL NOT NULL, updated_at REAL NOT NULL)""")
+        self._db.execute("""CREATE TABLE IF NOT EXISTS exceptions (
+            pipeline TEXT NOT NULL, key TEXT NOT NULL, message TEXT NOT NULL, count INTEGER NOT NULL,
+            first_at REAL NOT NULL, last_at REAL NOT NULL, PRIMARY KEY (pipeline, key))""")
 
     def put(self, entry: Entry) -> Entry:
         entry.updated_at = time.time()
@@ -67,6 +79,23 @@ class Registry:
     def remove(self, name: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM pipelines WHERE name = ?", (name,))
+            self._db.execute("DELETE FROM exceptions WHERE pipeline = ?", (name,))
+
+    def add_exception(self, pipeline: str, message: str, at: float) -> None:
+        """Count ``message`` (a driver's error) once more: the same error (up to the record it names)
+        is one entry, with its count, its first and last time and its last full message."""
+        with self._lock:
+            self._db.execute("INSERT INTO exceptions VALUES (?, ?, ?, 1, ?, ?) ON CONFLICT (pipeline, key) DO UPDATE "
+                             "SET count = count + 1, message = excluded.message, last_at = excluded.last_at",
+                             (pipeline, exception_key(message), message, at, at))
+
+    def exceptions(self, pipeline: str) -> list[dict[str, Any]]:
+        """The pipeline's errors, the latest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT message, count, first_at, last_at FROM exceptions WHERE pipeline = ? "
+                                    "ORDER BY last_at DESC", (pipeline,)).fetchall()
+        return [{"message": message, "count": count, "first_at": first, "last_at": last}
+                for message, count, first, last in rows]
 
     @staticmethod
     def _entry(row: tuple[Any, ...]) -> Entry:

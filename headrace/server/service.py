@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 
 from headrace.server.http_api import Api, serve
+from headrace.server.operations import Operations
 from headrace.server.registry import Registry
 from headrace.server.supervisor import Supervisor
 
@@ -41,7 +42,8 @@ def run_server(state_dir: str, host: str, port: int, allowed: list[str], standby
     """Serve until SIGTERM or Ctrl-C. The drivers go on running when the server ends. ``standby``:
     keep a warm standby driver ready (``headrace/server/standby_pool.py``)."""
     os.makedirs(state_dir, exist_ok=True)
-    supervisor = Supervisor(Registry(os.path.join(state_dir, "server.sqlite")), state_dir, allowed, standby=standby)
+    database = os.path.join(state_dir, "server.sqlite")
+    supervisor = Supervisor(Registry(database), Operations(database), state_dir, allowed, standby=standby)
     api = Api(supervisor, token(state_dir), host, port)
     http = serve(api)
     port = http.server_address[1]

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from headrace.runtime.restarts import RestartPolicy
+from headrace.server.operations import Operations
 from headrace.server.registry import (
     FAILED,
     FINISHED,
@@ -38,6 +39,8 @@ from headrace.server.registry import (
 from headrace.server.standby_pool import NEEDS_COLD_START, StandbyPool, process_alive
 
 PROGRESS_FILE = "progress.jsonl"  # each batch's figures, written by the driver (HEADRACE_PROGRESS_LOG)
+DRIVER_LOG = "driver.log"  # what a driver prints, its last error included (headrace: ...)
+ERROR_PREFIX = "headrace: "
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 WATCH_EVERY_S = 0.25
 EXPLAIN_TIMEOUT_S = 120.0
@@ -54,15 +57,16 @@ class Refused(Exception):
 class Supervisor:
     """Starts, watches, restarts and stops the drivers of the pipelines in ``registry``."""
 
-    def __init__(self, registry: Registry, state_dir: str, allowed: list[str],
+    def __init__(self, registry: Registry, operations: Operations, state_dir: str, allowed: list[str],
                  policy: Callable[[], RestartPolicy] = RestartPolicy.of, standby: bool = False) -> None:
-        self.registry, self.state_dir = registry, os.path.abspath(state_dir)
+        self.registry, self.operations, self.state_dir = registry, operations, os.path.abspath(state_dir)
         self.standbys = StandbyPool(os.path.join(self.state_dir, "standby")) if standby else None
         self.allowed = [os.path.realpath(folder) for folder in allowed]
         self._policy, self._policies = policy, dict[str, RestartPolicy]()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._due: dict[str, float] = {}  # a restart waiting for its backoff: when it is due
         self._after_exit: dict[str, Callable[[Entry], None]] = {}  # what follows a driver asked to end
+        self._log_from: dict[str, int] = {}  # where the running driver's lines begin in its log
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="headrace-supervisor", daemon=True)
@@ -189,7 +193,7 @@ class Supervisor:
     def logs(self, name: str, lines: int) -> str:
         entry = self.existing(name)
         try:
-            with open(os.path.join(entry.state_dir, "driver.log"), encoding="utf-8", errors="replace") as log:
+            with open(os.path.join(entry.state_dir, DRIVER_LOG), encoding="utf-8", errors="replace") as log:
                 return "".join(log.readlines()[-lines:])
         except FileNotFoundError:
             return ""
@@ -234,7 +238,8 @@ class Supervisor:
         exit_file = os.path.join(entry.state_dir, "driver.exit")
         if os.path.exists(exit_file):
             os.remove(exit_file)
-        log, progress = os.path.join(entry.state_dir, "driver.log"), os.path.join(entry.state_dir, PROGRESS_FILE)
+        log, progress = os.path.join(entry.state_dir, DRIVER_LOG), os.path.join(entry.state_dir, PROGRESS_FILE)
+        self._log_from[entry.name] = os.path.getsize(log) if os.path.exists(log) else 0
         job = {"file": entry.file, "state_dir": entry.state_dir, "log": log, "progress_log": progress,
                "exit_file": exit_file}
         child = None if cold or self.standbys is None else self.standbys.take(job)
@@ -267,6 +272,7 @@ class Supervisor:
                     self.standbys.tend()
                 for entry in self.registry.all():
                     self._look_at(entry)
+                    self.operations.settle(entry, _last_report_at(os.path.join(entry.state_dir, PROGRESS_FILE)))
 
     def _look_at(self, entry: Entry) -> None:
         due = self._due.get(entry.name)
@@ -279,6 +285,8 @@ class Supervisor:
             return
         status = self._exit_status(entry)
         entry.last_exit, entry.pid = status, 0
+        if status not in (None, 0, NEEDS_COLD_START):
+            self._record_error(entry)
         then = self._after_exit.pop(entry.name, None)
         if then is not None:
             then(entry)
@@ -301,6 +309,19 @@ class Supervisor:
             return False
         return process_alive(pid)
 
+    def _record_error(self, entry: Entry) -> None:
+        """The error a failed driver printed last (``headrace: ...``), counted among the pipeline's
+        exceptions; a driver that printed none (a crash of Python itself) counts as its exit."""
+        try:
+            with open(os.path.join(entry.state_dir, DRIVER_LOG), encoding="utf-8", errors="replace") as log:
+                log.seek(self._log_from.get(entry.name, 0))
+                printed = log.read()
+        except FileNotFoundError:
+            printed = ""
+        errors = [line[len(ERROR_PREFIX):] for line in printed.splitlines() if line.startswith(ERROR_PREFIX)]
+        self.registry.add_exception(entry.name, errors[-1] if errors else f"the driver ended with exit status "
+                                                                         f"{entry.last_exit}", time.time())
+
     @staticmethod
     def _exit_status(entry: Entry) -> int | None:
         try:
@@ -320,3 +341,20 @@ class Supervisor:
         entry.status, entry.reason = RESTARTING, f"driver {how}; restarting from its checkpoint in {delay:g} s"
         self._due[entry.name] = time.time() + delay
 
+
+def _last_report_at(progress: str) -> float | None:
+    """When a driver last wrote to its progress file: its query started, or a micro-batch ended."""
+    try:
+        with open(progress, "rb") as log:
+            log.seek(max(0, os.path.getsize(progress) - 4096))
+            lines = log.read().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            figures = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(figures, dict) and isinstance(figures.get("at"), (int, float)):
+            return float(figures["at"])
+    return None

@@ -133,12 +133,28 @@ function chart(recent) {
     el("polyline", { points, fill: "none", stroke: "#3d6fb6", "stroke-width": 2 }));
 }
 
+// When the last batch ended less its watermark (none past the end of a bounded input).
+function watermarkLag(last) {
+  const watermark = Date.parse(last.watermark || "");
+  if (!watermark || watermark <= 0 || new Date(watermark).getUTCFullYear() >= 5000 || !last.at) return undefined;
+  return Math.round(last.at - watermark / 1000);
+}
+
+// Where the last batch's time went, by Spark's phases, longest first.
+function phases(last) {
+  const shown = Object.entries(last.phases_ms || {}).sort((a, b) => b[1] - a[1])
+    .map(([phase, ms]) => `${phase} ${number(ms)} ms`);
+  return el("p", { class: "quiet", id: "phases" }, shown.length ? `last batch: ${shown.join(", ")}` : "");
+}
+
 function kpis(entry, figures) {
   const last = figures.last;
   const shown = [
     ["batches", last.batch === undefined ? 0 : last.batch + 1], ["records", figures.totals.input_rows],
     ["records/s", number(last.rows_per_second, 1)], ["batch ms", last.batch_ms], ["watermark", last.watermark || "–"],
-    ["state rows", last.state_rows], ["backlog", last.lag], ["dead letters", figures.totals.dead_letters],
+    ["watermark lag s", watermarkLag(last)], ["state rows", last.state_rows],
+    ["state memory", last.state_memory_bytes === undefined ? undefined : `${number(last.state_memory_bytes / 1048576, 1)} MiB`],
+    ["backlog", last.lag], ["dead letters", figures.totals.dead_letters],
     ["late dropped", figures.totals.late_rows_dropped], ["restarts", entry.restarts],
   ];
   return el("div", { class: "kpis" }, shown.map(([name, value]) =>
@@ -180,6 +196,19 @@ function statePanel(name, views, kept) {
       result]);
 }
 
+const moment = (seconds) => new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 19);
+
+// The errors the pipeline's drivers ended with, each once (the same error on another record too).
+function exceptionsTable(errors) {
+  return el("section", {}, el("h3", {}, "Exceptions"),
+    errors.length === 0 ? el("p", { class: "quiet" }, "None.") :
+      el("table", { id: "exceptions" },
+        el("tr", {}, ["count", "error", "first", "last"].map((title) => el("th", {}, title))),
+        errors.map((error) => el("tr", {}, el("td", { class: "count" }, el("span", { class: "badge bad" }, error.count)),
+          el("td", { class: "message" }, error.message), el("td", {}, moment(error.first_at)),
+          el("td", {}, moment(error.last_at))))));
+}
+
 function lifecycle(name, message) {
   const act = async (action) => {
     try {
@@ -195,8 +224,9 @@ function lifecycle(name, message) {
 
 async function pipelinePage(main, name, first) {
   const path = `/api/pipelines/${encodeURIComponent(name)}`;
-  const [entry, figures, plan, views, log] = await Promise.all([api("GET", path), api("GET", `${path}/figures`),
-    api("GET", `${path}/dag`), api("GET", `${path}/state`), api("GET", `${path}/logs?lines=30`)]);
+  const [entry, figures, plan, views, log, errors] = await Promise.all([api("GET", path),
+    api("GET", `${path}/figures`), api("GET", `${path}/dag`), api("GET", `${path}/state`),
+    api("GET", `${path}/logs?lines=30`), api("GET", `${path}/exceptions`)]);
   const { bad, why } = health(entry, figures);
   const message = first ? el("span", { id: "message", class: "quiet" }) : document.getElementById("message");
   const parts = [
@@ -204,7 +234,8 @@ async function pipelinePage(main, name, first) {
     lifecycle(name, message),
     kpis(entry, figures),
     el("section", {}, el("h3", {}, "DAG"), dagSvg(plan.nodes, bad)),
-    el("section", {}, el("h3", {}, "Records per batch (recent batches)"), chart(figures.recent)),
+    el("section", {}, el("h3", {}, "Records per batch (recent batches)"), chart(figures.recent), phases(figures.last)),
+    exceptionsTable(errors.exceptions),
   ];
   const state = statePanel(name, views.views, first ? null : document.getElementById("state"));
   main.replaceChildren(...parts, state, el("section", {}, el("h3", {}, "Driver log"),
