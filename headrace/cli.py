@@ -203,6 +203,12 @@ def explain_restart(pipeline: Any, args: argparse.Namespace) -> int:
 def cmd_rescale(args: argparse.Namespace) -> int:
     from headrace.runtime.rescale import rescale
 
+    if not os.path.exists(args.target.split(":", 1)[0]):  # no such file: a pipeline on the server
+        client = _client(args)
+        answer = client.call("POST", f"{client.pipeline(args.target)}/rescale", {"partitions": args.partitions})
+        entry, status = _waited(client, answer, args.wait)
+        print(json.dumps(entry) if args.json else _show_pipeline(entry))
+        return status
     pipeline = load_pipeline(args.target)
     before = rescale(pipeline, args.partitions, state_dir=args.state_dir, master=args.master)
     report = {"pipeline": pipeline.name, "partitions_before": before, "partitions": args.partitions}
@@ -376,15 +382,20 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--state-dir", help=STATE_DIR_HELP)
     explain.set_defaults(handler=cmd_explain)
 
-    rescale = commands.add_parser("rescale", help="spread a stopped pipeline's keyed state over N partitions",
+    rescale = commands.add_parser("rescale", help="spread a pipeline's keyed state over N partitions",
                                   description="Rewrite a stopped pipeline's keyed state into N partitions (Spark's "
                                               "offline state repartition); the next run continues with N parallel "
-                                              "state tasks and exactly the same results.")
-    rescale.add_argument("target", metavar="FILE[:PIPELINE]")
+                                              "state tasks and exactly the same results. Given the NAME of a "
+                                              "pipeline on the server (no such file here), the server stops it at "
+                                              "a batch boundary, rescales it and starts it again.")
+    rescale.add_argument("target", metavar="FILE[:PIPELINE] | NAME")
     rescale.add_argument("partitions", metavar="N", type=int, help="the new number of state partitions")
     rescale.add_argument("--state-dir", help=STATE_DIR_HELP)
     rescale.add_argument("--master", help="Spark master URL (default: $HEADRACE_MASTER or local[*,4])")
     rescale.add_argument("--json", action="store_true", help="the result as JSON")
+    rescale.add_argument("--wait", action="store_true", help="(a pipeline on the server) " + WAIT_HELP)
+    rescale.add_argument("--server", help="(a pipeline on the server) the server's URL")
+    rescale.add_argument("--token", help="(a pipeline on the server) the server's token")
     rescale.set_defaults(handler=cmd_rescale)
 
     validate = commands.add_parser("validate", help="check a pipeline file without starting Spark",

@@ -1,10 +1,12 @@
 """The server's web UI in a real headless Chromium (Debian's package, driven by Playwright): a
 submitted pipeline's DAG and moving counters, a state lookup equal to sums made here, pause,
-resume, a SIGKILLed driver shown restarting and back, a stop, with the output exact, no console
-error and no request to another host."""
+resume, a SIGKILLed driver shown restarting and back, a rescale through the server, a stop, with
+the output exact, no console error and no request to another host; and a failing record shown
+as one exception with its count."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,6 +18,7 @@ from conftest import service_or_skip
 from test_server import Server
 
 from headrace.connectors.files_sink import read_rows
+from headrace.runtime.rescale import state_partitions
 
 PIPELINE = """import headrace as hr
 
@@ -102,10 +105,19 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         assert page.locator("svg.dag.bad").count() == 1
         expect(status).to_have_text("running", timeout=120_000)
         expect(page.locator(".kpi[data-kpi='restarts'] b")).to_have_text("1")
+
+        # rescale through the server: stopped at a batch boundary, its state spread over 3 partitions, started again
+        refused = server.cli("rescale", "orders_ui", "0")
+        assert refused.returncode == 1 and "a whole number from 1 to 10000" in refused.stderr
+        rescaled = server.cli("rescale", "orders_ui", "3", "--wait", "--json")
+        assert rescaled.returncode == 0, rescaled.stderr
+        assert json.loads(rescaled.stdout)["operation"]["status"] == "done"
+        expect(status).to_have_text("running")
         write(inbox, 3)
         expect(records).to_have_text("5", timeout=120_000)
         page.click("#state-lookup")
         expect(page.locator("#state-result")).to_contain_text(f'"sum": {spend(4, "c1")}', timeout=30_000)
+        assert state_partitions(str(tmp_path / "state" / "pipelines" / "orders_ui" / "orders_ui" / "checkpoint")) == 3
 
         page.click("button[data-action=stop]")
         expect(status).to_have_text("stopped", timeout=120_000)

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from headrace.server import views
 from headrace.server.metrics import Metrics
-from headrace.server.openapi import ACTIONS, OPENAPI
+from headrace.server.openapi import ACTIONS, MAX_PARTITIONS, OPENAPI
 from headrace.server.pipeline_dirs import dag
 from headrace.server.registry import Entry
 from headrace.server.supervisor import PROGRESS_FILE, Refused, Supervisor
@@ -164,6 +164,13 @@ class Handler(BaseHTTPRequestHandler):
                 if not isinstance(file, str) or not file:
                     raise Refused(400, "give the new file as \"file\": a path on the server's machine")
                 return 200, self._operation(api.supervisor.upgrade(name, file), action, asked_at)
+            if action == "rescale":
+                partitions = self._json_body().get("partitions")
+                if not isinstance(partitions, int) or isinstance(partitions, bool) or not (
+                        1 <= partitions <= MAX_PARTITIONS):
+                    raise Refused(400, f"give the number of state partitions as \"partitions\": a whole number "
+                                       f"from 1 to {MAX_PARTITIONS}")
+                return 200, self._operation(api.supervisor.rescale(name, partitions), action, asked_at)
             api.supervisor.remove(name)
             return 200, {"removed": name}
         raise Refused(404, f"no {method} {url.path}: see /api/openapi.json")

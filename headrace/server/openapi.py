@@ -7,7 +7,8 @@ from typing import Any
 
 from headrace.server import views
 
-ACTIONS = ("stop", "pause", "resume", "restart", "upgrade", "remove")
+MAX_PARTITIONS = 10_000
+ACTIONS = ("stop", "pause", "resume", "restart", "upgrade", "rescale", "remove")
 
 
 def _json_of(schema: dict[str, Any]) -> dict[str, Any]:
@@ -127,12 +128,15 @@ OPENAPI: dict[str, Any] = {
         "/api/pipelines/{name}/{action}": {"post": {
             "summary": "stop (at a batch boundary; ?now=true at once), pause (at a batch boundary) and resume, "
                        "restart from the checkpoint, upgrade to another file (body {\"file\": ...}; refused with "
-                       "the reasons when its checkpoint cannot be kept), or remove a stopped pipeline",
+                       "the reasons when its checkpoint cannot be kept), rescale its keyed state (body "
+                       "{\"partitions\": N}), or remove a stopped pipeline",
             "parameters": [_name_parameter(), {"name": "action", "in": "path", "required": True,
                                                "schema": {"type": "string", "enum": list(ACTIONS)}},
                            {"name": "now", "in": "query", "schema": {"type": "boolean"}}],
             "requestBody": {"required": False, "content": {"application/json": {"schema": {
-                "type": "object", "properties": {"file": {"type": "string"}}}}}},
+                "type": "object", "properties": {"file": {"type": "string"},
+                                                 "partitions": {"type": "integer", "minimum": 1,
+                                                                "maximum": MAX_PARTITIONS}}}}}},
             "responses": {"200": {"description": "done", **_PIPELINE_REF}, "400": _error("bad input"),
                           "401": _error("no token"), "404": _error("no such pipeline or action"),
                           "409": _error("not in a state for it")}}},

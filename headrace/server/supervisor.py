@@ -28,6 +28,7 @@ from headrace.server.registry import (
     FINISHED,
     LIVE,
     PAUSED,
+    RESCALING,
     RESTARTING,
     RUNNING,
     STARTING,
@@ -159,6 +160,43 @@ class Supervisor:
                 return self._end_driver(name, f"upgrade to {path} requested", take_over, status=RESTARTING)
             entry.file = path
             return self.registry.put(entry)
+
+    def rescale(self, name: str, partitions: int) -> Entry:
+        """Stop the pipeline at a batch boundary, spread its keyed state over ``partitions``
+        (``headrace rescale``, Spark's offline repartition), then start it again; a rescale that
+        fails leaves the pipeline failed, its error among its exceptions and its checkpoint as it was."""
+        entry = self.existing(name)
+        if entry.status == RESCALING:
+            raise Refused(409, f"pipeline {name!r} is being rescaled already")
+        return self._end_driver(name, f"rescale to {partitions} state partitions requested",
+                                lambda ended: self._rescale(ended, partitions), status=STOPPING)
+
+    def _rescale(self, entry: Entry, partitions: int) -> None:
+        """Rescale the stopped pipeline in a thread of its own (a Spark job: the watch goes on)."""
+        entry.status, entry.wanted, entry.reason = RESCALING, True, f"rescaling its state to {partitions} partitions"
+
+        def run() -> None:
+            with open(os.path.join(entry.state_dir, DRIVER_LOG), "ab") as log:
+                start = log.tell()
+                done = subprocess.run([sys.executable, "-m", "headrace.cli", "rescale", entry.file, str(partitions),
+                                       "--state-dir", entry.state_dir], stdin=subprocess.DEVNULL, stdout=log,
+                                      stderr=subprocess.STDOUT, check=False,
+                                      env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+            with self._lock:
+                current = self.registry.get(entry.name)
+                if current is None or current.status != RESCALING:
+                    return  # removed or stopped meanwhile
+                if done.returncode == 0:
+                    self._launch(current)
+                    return
+                self._log_from[entry.name] = start
+                current.last_exit = done.returncode
+                self._record_error(current)
+                current.status, current.wanted = FAILED, False
+                current.reason = f"the rescale to {partitions} partitions failed (see its exceptions)"
+                self.registry.put(current)
+
+        threading.Thread(target=run, name=f"headrace-rescale-{entry.name}", daemon=True).start()
 
     def _end_driver(self, name: str, why: str, then: Callable[[Entry], None], *, now: bool = False,
                     status: str = STOPPING) -> Entry:
