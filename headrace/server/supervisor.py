@@ -75,6 +75,12 @@ class Supervisor:
     # -- lifecycle of the supervisor ----------------------------------------------------------------
 
     def start(self) -> None:
+        for entry in self.registry.all():
+            if entry.status == RESCALING:  # its rescale ran in a server that has ended
+                entry.status, entry.wanted = FAILED, False
+                entry.reason = (f"the server ended during its rescale; headrace rescale {entry.name} N runs it "
+                                f"again, headrace restart {entry.name} starts it from its checkpoint as it is")
+                self.registry.put(entry)
         self._thread.start()
 
     def close(self) -> None:

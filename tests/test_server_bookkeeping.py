@@ -1,0 +1,65 @@
+"""The server's bookkeeping without a driver: when an operation ends, how errors are counted once,
+and what a restarted server makes of a rescale it did not see end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headrace.server.operations import Operations
+from headrace.server.registry import FAILED, PAUSED, RESCALING, RUNNING, STOPPED, Entry, Registry
+from headrace.server.supervisor import Supervisor
+
+
+def entry(status: str, wanted: bool = True) -> Entry:
+    return Entry("orders", "/x/orders.py", "/x/state", status, wanted)
+
+
+def test_an_operation_ends_when_what_it_asked_for_has_happened(tmp_path: Path):
+    operations = Operations(str(tmp_path / "server.sqlite"))
+    stop = operations.begin("orders", "stop", 100.0)
+    resume = operations.begin("orders", "resume", 100.0)
+    operations.settle(entry(RUNNING), last_report_at=99.0)  # a report from before the requests
+    assert [operations.get(o.id).status for o in (stop, resume)] == ["running", "running"]
+    operations.settle(entry(RUNNING), last_report_at=101.5)  # the new driver's query started
+    assert operations.get(resume.id).status == "done" and operations.get(stop.id).status == "running"
+    operations.settle(entry(STOPPED, wanted=False), last_report_at=101.5)
+    ended = operations.get(stop.id)
+    assert (ended.status, ended.detail) == ("done", "orders is stopped")
+
+    pause, restart = operations.begin("orders", "pause", 200.0), operations.begin("orders", "restart", 200.0)
+    operations.settle(Entry("orders", "/x/orders.py", "/x/state", FAILED, False, reason="driver killed; no restart "
+                            "left"), last_report_at=150.0)
+    assert {(operations.get(o.id).status, operations.get(o.id).detail) for o in (pause, restart)} == {
+        ("failed", "the pipeline failed: driver killed; no restart left")}
+    late = operations.begin("orders", "resume", 300.0)
+    operations.settle(entry(PAUSED, wanted=False), last_report_at=250.0)
+    assert operations.get(late.id).detail == "the pipeline was paused before its driver was under way"
+
+
+def test_the_same_error_on_another_record_is_counted_once(tmp_path: Path):
+    registry = Registry(str(tmp_path / "server.sqlite"))
+    for at, record in ((10.0, "{'id': 1}"), (20.0, "{'id': 2}")):
+        registry.add_exception("orders", f"step 'check' (app.py:4) raised ValueError: bad (record: {record})", at)
+    registry.add_exception("orders", "sink 'db' (app.py:9) failed to write batch 3: timeout", 15.0)
+    assert registry.exceptions("orders") == [
+        {"message": "step 'check' (app.py:4) raised ValueError: bad (record: {'id': 2})", "count": 2,
+         "first_at": 10.0, "last_at": 20.0},
+        {"message": "sink 'db' (app.py:9) failed to write batch 3: timeout", "count": 1, "first_at": 15.0,
+         "last_at": 15.0}]
+    registry.remove("orders")
+    assert registry.exceptions("orders") == []
+
+
+def test_a_rescale_a_restarted_server_did_not_see_end_leaves_the_pipeline_failed_saying_what_to_do(tmp_path: Path):
+    database = str(tmp_path / "server.sqlite")
+    registry = Registry(database)
+    registry.put(entry(RESCALING))
+    supervisor = Supervisor(registry, Operations(database), str(tmp_path), [str(tmp_path)])
+    supervisor.start()
+    try:
+        found = registry.get("orders")
+        assert found is not None and (found.status, found.wanted) == (FAILED, False)
+        assert found.reason == ("the server ended during its rescale; headrace rescale orders N runs it again, "
+                                "headrace restart orders starts it from its checkpoint as it is")
+    finally:
+        supervisor.close()
