@@ -153,7 +153,7 @@ def test_sigkill_of_a_chain_then_restart_gives_the_uninterrupted_output(tmp_path
 
     from driver_process import KilledRun
 
-    minutes = 8
+    minutes = 6
     files = [[{"user": user, "ts": (60 * minute + second) * S} for user in ("a", "b")[: 1 + minute % 2]
               for second in range(5, 5 + (minute * 7 + len(user)) % 4 + 1)] for minute in range(minutes)]
     files.append([{"user": "z", "ts": 3600 * S}])
