@@ -18,21 +18,21 @@ def test_an_operation_ends_when_what_it_asked_for_has_happened(tmp_path: Path):
     operations = Operations(str(tmp_path / "server.sqlite"))
     stop = operations.begin("orders", "stop", 100.0)
     resume = operations.begin("orders", "resume", 100.0)
-    operations.settle(entry(RUNNING), last_report_at=99.0)  # a report from before the requests
+    operations.settle(entry(RUNNING), last_report_at=lambda: 99.0)  # a report from before the requests
     assert [operations.get(o.id).status for o in (stop, resume)] == ["running", "running"]
-    operations.settle(entry(RUNNING), last_report_at=101.5)  # the new driver's query started
+    operations.settle(entry(RUNNING), last_report_at=lambda: 101.5)  # the new driver's query started
     assert operations.get(resume.id).status == "done" and operations.get(stop.id).status == "running"
-    operations.settle(entry(STOPPED, wanted=False), last_report_at=101.5)
+    operations.settle(entry(STOPPED, wanted=False), last_report_at=lambda: 101.5)
     ended = operations.get(stop.id)
     assert (ended.status, ended.detail) == ("done", "orders is stopped")
 
     pause, restart = operations.begin("orders", "pause", 200.0), operations.begin("orders", "restart", 200.0)
     operations.settle(Entry("orders", "/x/orders.py", "/x/state", FAILED, False, reason="driver killed; no restart "
-                            "left"), last_report_at=150.0)
+                            "left"), last_report_at=lambda: 150.0)
     assert {(operations.get(o.id).status, operations.get(o.id).detail) for o in (pause, restart)} == {
         ("failed", "the pipeline failed: driver killed; no restart left")}
     late = operations.begin("orders", "resume", 300.0)
-    operations.settle(entry(PAUSED, wanted=False), last_report_at=250.0)
+    operations.settle(entry(PAUSED, wanted=False), last_report_at=lambda: 250.0)
     assert operations.get(late.id).detail == "the pipeline was paused before its driver was under way"
 
 

@@ -112,7 +112,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/metrics" and method == "GET":
             registry = api.supervisor.registry
             entries = registry.all()
-            errors = {e.name: sum(found["count"] for found in registry.exceptions(e.name)) for e in entries}
+            errors = {entry.name: registry.exception_count(entry.name) for entry in entries}
             return 200, api.metrics.exposition(entries, errors)
         if path == "/api/pipelines":
             if method == "GET":

@@ -17,6 +17,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -59,13 +60,15 @@ class Operations:
             row = self._db.execute("SELECT * FROM operations WHERE id = ?", (operation_id,)).fetchone()
         return Operation(*row) if row else None
 
-    def settle(self, entry: Entry, last_report_at: float | None) -> None:
-        """End the pipeline's running operations that what the supervisor sees now ends."""
+    def settle(self, entry: Entry, last_report_at: Callable[[], float | None]) -> None:
+        """End the pipeline's running operations that what the supervisor sees now ends;
+        ``last_report_at`` (read only when one is running): when its driver last reported."""
         with self._lock:
             rows = self._db.execute("SELECT * FROM operations WHERE pipeline = ? AND status = ?",
                                     (entry.name, RUNNING)).fetchall()
+        reported = last_report_at() if rows else None
         for operation in map(lambda row: Operation(*row), rows):
-            outcome = _outcome(operation, entry, last_report_at)
+            outcome = _outcome(operation, entry, reported)
             if outcome is not None:
                 operation.status, operation.detail = outcome
                 operation.ended_at = time.time()

@@ -89,6 +89,13 @@ class Registry:
                              "SET count = count + 1, message = excluded.message, last_at = excluded.last_at",
                              (pipeline, exception_key(message), message, at, at))
 
+    def exception_count(self, pipeline: str) -> int:
+        """How many errors the pipeline's drivers ended with, each occurrence counted."""
+        with self._lock:
+            (count,) = self._db.execute("SELECT COALESCE(SUM(count), 0) FROM exceptions WHERE pipeline = ?",
+                                        (pipeline,)).fetchone()
+        return int(count)
+
     def exceptions(self, pipeline: str) -> list[dict[str, Any]]:
         """The pipeline's errors, the latest first."""
         with self._lock:

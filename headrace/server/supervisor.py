@@ -11,6 +11,7 @@ them in its registry and watches them again.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -316,7 +317,8 @@ class Supervisor:
                     self.standbys.tend()
                 for entry in self.registry.all():
                     self._look_at(entry)
-                    self.operations.settle(entry, _last_report_at(os.path.join(entry.state_dir, PROGRESS_FILE)))
+                    self.operations.settle(entry, functools.partial(
+                        _last_report_at, os.path.join(entry.state_dir, PROGRESS_FILE)))
 
     def _look_at(self, entry: Entry) -> None:
         due = self._due.get(entry.name)
