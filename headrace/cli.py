@@ -158,7 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.target)
     result = pipeline.run(state_dir=args.state_dir, master=args.master, progress=_progress(args), fresh=args.fresh,
                           max_seconds=args.max_seconds, restart_attempts=args.restart_attempts,
-                          restart_window=args.restart_window, restart_backoff=args.restart_backoff)
+                          restart_window=args.restart_window, restart_backoff=args.restart_backoff, drain=args.drain)
     _report(result, args)
     return 0
 
@@ -312,7 +312,8 @@ def cmd_pipeline_action(args: argparse.Namespace) -> int:
     elif args.command == "upgrade":
         answer = client.call("POST", f"{path}/upgrade", {"file": os.path.abspath(args.file)})
     else:
-        answer = client.call("POST", f"{path}/{args.command}" + ("?now=true" if getattr(args, "now", False) else ""))
+        flags = "&".join(f"{flag}=true" for flag in ("now", "drain") if getattr(args, flag, False))
+        answer = client.call("POST", f"{path}/{args.command}" + (f"?{flags}" if flags else ""))
     answer, status = _waited(client, answer, getattr(args, "wait", False))
     print(json.dumps(answer) if getattr(args, "json", False) else
           f"removed {args.name}" if args.command == "remove" else _show_pipeline(answer))
@@ -358,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("target", metavar="FILE[:PIPELINE]")
     run.add_argument("--fresh", action="store_true", help="forget the checkpoint and start from the beginning")
     run.add_argument("--max-seconds", type=float, help="stop after this many seconds")
+    run.add_argument("--drain", action="store_true",
+                     help="end the pipeline for good: read what its sources hold now, fire every open window and "
+                          "timer, and mark its checkpoint drained (a later run needs --fresh)")
     run.add_argument("--restart-attempts", type=int, metavar="N",
                      help="restarts of a failed query allowed within the window (default: $HEADRACE_RESTART_ATTEMPTS "
                           "or 3; 0: never)")
@@ -456,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     client_options(listing)
     listing.set_defaults(handler=cmd_list)
     for action, text in (("status", "one pipeline's status on the server"),
-                         ("stop", "stop a pipeline on the server at a batch boundary (--now: at once)"),
+                         ("stop", "stop a pipeline on the server at a batch boundary (--now: at once; --drain: "
+                                  "fire every window and end it for good)"),
                          ("pause", "stop consuming at a batch boundary, keeping the checkpoint"),
                          ("resume", "go on from a paused pipeline's checkpoint"),
                          ("restart", "restart a pipeline on the server from its checkpoint"),
@@ -473,7 +478,11 @@ def build_parser() -> argparse.ArgumentParser:
         if action in ("stop", "pause", "resume", "restart", "upgrade"):
             sub.add_argument("--wait", action="store_true", help=WAIT_HELP)
         if action == "stop":
-            sub.add_argument("--now", action="store_true", help="stop at once, not at a batch boundary")
+            ending = sub.add_mutually_exclusive_group()
+            ending.add_argument("--now", action="store_true", help="stop at once, not at a batch boundary")
+            ending.add_argument("--drain", action="store_true",
+                                help="end it for good: read what its sources hold now, fire every open window and "
+                                     "timer, then finish (headrace run --drain)")
         if action == "logs":
             sub.add_argument("--lines", type=int, default=200, help="how many of the last lines (default 200)")
         client_options(sub)

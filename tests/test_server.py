@@ -171,7 +171,7 @@ def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Pa
         "/api/pipelines/{name}/{action}", "/api/pipelines/{name}/state", "/api/pipelines/{name}/state/{view}",
         "/api/pipelines/{name}/state/{view}/{key}", "/api/pipelines/{name}/changes/{view}",
         "/api/pipelines/{name}/figures", "/api/pipelines/{name}/dag", "/api/pipelines/{name}/exceptions",
-        "/api/operations/{id}"}
+        "/api/pipelines/{name}/checkpoints", "/api/pipelines/{name}/config", "/api/operations/{id}"}
     assert server.call("GET", "/api/pipelines", token=False) == (200, [])  # reads on 127.0.0.1 need no token
     refusals = [
         (server.call("POST", "/api/pipelines", b'{"file": "x.py"}', token=False), 401, "needs the server's token"),
@@ -190,10 +190,14 @@ def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Pa
         (server.call("POST", "/api/pipelines/nope/stop", headers={"Origin": "http://evil.example"}), 403,
          "a POST from another site (http://evil.example) is refused"),
         (server.call("GET", "/api/operations/ab12"), 404, "no operation 'ab12'"),
+        (server.call("POST", "/api/pipelines/nope/stop?now=true&drain=true"), 400,
+         "now and drain exclude each other: a drain stops at a batch boundary"),
         (server.call("GET", "/api/pipelines/nope/state/totals/a%7Cb"), 404, "no pipeline 'nope'"),
         (server.call("GET", "/api/pipelines/nope/state/totals?limit=5000"), 400, "limit must be a whole number"),
         (server.call("GET", "/api/pipelines/nope/state/totals?min_batch=-1"), 400, "min_batch must be a whole"),
         (server.call("GET", "/api/pipelines/nope/changes/totals?after=x"), 400, "after must be a whole number"),
+        (server.call("GET", "/api/pipelines/nope/checkpoints?limit=0"), 400, "limit must be a whole number from 1"),
+        (server.call("GET", "/api/pipelines/nope/config"), 404, "no pipeline 'nope'"),
     ]
     for (status, body), expected, message in refusals:
         assert status == expected and message in body["error"], (status, body)
@@ -362,9 +366,23 @@ def test_pause_resume_and_an_upgrade_keep_the_output_exact_and_a_refused_upgrade
     assert "orders" in refused.stderr.split("runs on:", 1)[1]  # the reason names the changed source
     assert server.status("orders_copy")["pid"] == after["pid"]  # the old version was not touched
 
-    assert server.cli("stop", "orders_copy", "--wait").returncode == 0
-    assert server.status("orders_copy")["status"] == "stopped"
-    assert out_rows(out) == [(1, 10), (2, 20), (3, 30)]  # each record once, across the pause and the upgrade
+    assert server.cli("stop", "orders_copy", "--drain", "--now").returncode == 2  # a drain ends at a batch boundary
+    (inbox / "d.jsonl").write_text('{"id": 4, "amount": 40}\n')
+    asked = server.cli("stop", "orders_copy", "--drain", "--json")
+    assert asked.returncode == 0, asked.stderr
+    operation = json.loads(asked.stdout)["operation"]
+    # the drain's own driver (not the stopping one), killed: the server drains again
+    draining = eventually("the drain's driver", lambda: (entry := server.status("orders_copy"))["pid"] not in (
+        0, after["pid"]) and entry["status"] == "draining" and entry)
+    os.killpg(draining["pid"], signal.SIGKILL)
+    ended = eventually("the drain's end", lambda: (entry := server.status("orders_copy"))["status"] == "finished"
+                       and entry, 180)
+    assert (ended["reason"], ended["restarts"]) == ("drained: every window fired; it ended for good", 1)
+    assert server.call("GET", f"/api/operations/{operation['id']}")[1]["status"] == "done"
+    # each record once, across the pause, the upgrade and the drain (which read what the directory held)
+    assert out_rows(out) == [(1, 10), (2, 20), (3, 30), (4, 40)]
+    assert server.call("POST", "/api/pipelines/orders_copy/stop?drain=true") == (
+        409, {"error": "pipeline 'orders_copy' is finished; there is nothing to drain"})
 
 
 def test_a_warm_standby_driver_takes_the_pipeline_and_a_crash_it_then_has_is_restarted(tmp_path: Path):

@@ -1,8 +1,9 @@
 """The server's web UI in a real headless Chromium (Debian's package, driven by Playwright): a
 submitted pipeline's DAG and moving counters, a state lookup equal to sums made here, pause,
 resume, a SIGKILLed driver shown restarting and back, a rescale through the server, a stop, with
-the output exact, no console error and no request to another host; and a failing record shown
-as one exception with its count."""
+the output exact, its checkpoints tab listing the batches of its commit log and its configuration
+tab its source and sinks, no console error and no request to another host; and a failing record
+shown as one exception with its count."""
 
 from __future__ import annotations
 
@@ -123,6 +124,28 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         expect(status).to_have_text("stopped", timeout=120_000)
         written = sorted((r["id"], r["amount"]) for r in read_rows(str(out), "jsonl"))
         assert written == sorted((i, a) for rows in FILES for i, _, a in rows)  # each record once
+
+        # the checkpoints tab: the batches Spark's commit log holds, newest first, their records each read once
+        commits = tmp_path / "state" / "pipelines" / "orders_ui" / "orders_ui" / "checkpoint" / "commits"
+        committed = sorted((int(name) for name in os.listdir(commits) if name.isdigit()), reverse=True)
+        page.click("a[data-tab=checkpoints]")
+        batches = page.locator("#checkpoints tr[data-batch]")
+        expect(batches).to_have_count(len(committed), timeout=30_000)
+        assert [int(row.get_attribute("data-batch") or "") for row in batches.all()] == committed
+        expect(page.locator("#checkpoint-summary tr[data-field=last] td")).to_have_text(str(committed[0]))
+        read = [text for text in batches.locator("td.input-rows").all_inner_texts() if text != "–"]
+        assert sum(map(int, read)) == sum(map(len, FILES))
+        expect(page.locator("#checkpoint-summary tr[data-field=operator-0] td")).to_contain_text("rows")
+
+        # the configuration tab: the source and the sinks, with their connectors' settings
+        page.click("a[data-tab=configuration]")
+        connectors = page.locator("#config-connectors .connector")
+        expect(connectors).to_have_count(3, timeout=30_000)
+        assert {(c.get_attribute("data-role"), c.get_attribute("data-step")) for c in connectors.all()} == {
+            ("source", "orders"), ("sink", "out"), ("sink", "spend_by_customer")}
+        expect(page.locator(".connector[data-step=orders] tr[data-field=path] td")).to_have_text(str(inbox))
+        expect(page.locator(".connector[data-step=out] tr[data-field=path] td")).to_have_text(str(out))
+        expect(page.locator("#config-pipeline tr[data-field=restart_strategy] td")).to_contain_text("3 restarts")
         assert problems == []
         assert hosts == {server.url.split("/")[2]}
         assert server.token not in page.url  # taken out of the address bar, kept for the tab

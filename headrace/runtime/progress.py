@@ -111,6 +111,10 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
         # where the batch's time went, by Spark's phases (planning, running the batch, commits)
         "phases_ms": {phase: ms for phase, ms in durations.items() if phase != "triggerExecution"},
         "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in progress.get("stateOperators", [])),
+        # each stateful operator's, in Spark's order (its state operators' ids)
+        "state_operators": [{"operator": op.get("operatorName"), "rows": op.get("numRowsTotal", 0),
+                             "memory_bytes": op.get("memoryUsedBytes", 0)}
+                            for op in progress.get("stateOperators", [])],
     }
 
 

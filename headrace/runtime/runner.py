@@ -24,12 +24,12 @@ from typing import Any
 
 from headrace import config
 from headrace.contract import SourceContext
-from headrace.environment import checkpoints, storage
+from headrace.environment import checkpoints, end_of_time, storage
 from headrace.environment.admission import ADMISSION_FILE, AdmissionControl
 from headrace.environment.checkpoints import pipeline_root, query_id, read_query_id
 from headrace.environment.lease import Lease
 from headrace.environment.session import get_session, spark_log_file
-from headrace.errors import HeadraceError
+from headrace.errors import HeadraceError, PlanError
 from headrace.runtime import events
 from headrace.runtime.compatibility import record_plan, verify_restart
 from headrace.runtime.failures import classify
@@ -38,8 +38,8 @@ from headrace.runtime.restarts import RestartPolicy
 from headrace.runtime.signals import stop_on_signals
 from headrace.spark.compiler import compile_plan
 from headrace.spark.plan_checks import check_plan
-from headrace.spark.specs import trigger_interval
-from headrace.spark.writer import start_query
+from headrace.spark.specs import has_operators, stateful_steps, trigger_interval
+from headrace.spark.writer import LOGGED_BATCH_ONLY, READ_AVAILABLE, start_query
 
 HALT_TIMEOUT_S = 30.0  # how long a stop at once may take before the run gives up waiting for it
 
@@ -70,7 +70,8 @@ class PipelineRun:
 
     def __init__(self, pipeline: Any, *, state_dir: str | None = None, master: str | None = None,
                  progress: str = "line", fresh: bool = False, trigger_interval: str | None = None,
-                 restart_attempts: int | None = None, restart_window: Any = None, restart_backoff: Any = None) -> None:
+                 restart_attempts: int | None = None, restart_window: Any = None, restart_backoff: Any = None,
+                 drain: bool = False) -> None:
         if _deferring.get():  # before anything, --fresh's deletion included
             raise RunDeferred(pipeline)
         self.pipeline = pipeline
@@ -103,6 +104,11 @@ class PipelineRun:
         self._halted = False
         self._halting: threading.Thread | None = None
         self.admission: AdmissionControl | None = None
+        # a drain (``drain``): how the query it runs now ends (headrace/spark/writer.py), None otherwise
+        self.draining = drain and not self.bounded()  # a bounded pipeline drains by running to its end
+        self._ending: str | None = None
+        if self.draining:
+            refuse_drain(self.plan)
 
     @property
     def progress_log(self) -> list[dict[str, Any]]:
@@ -130,6 +136,7 @@ class PipelineRun:
             storage.delete_tree(self.root)
             self._fresh = False
         if not self.remote:
+            end_of_time.refuse_drained(self.root, self.plan.name)
             verify_restart(self.plan, self.root)  # before Spark starts: refuse a checkpoint this plan cannot continue
         self._spark = get_session(self.master, spark_log_file(self.state_dir), self.plan.spark_packages())
         if self.remote:  # the same checks and files, through the session's Hadoop file system API
@@ -143,6 +150,8 @@ class PipelineRun:
         if self.plan.batch_duration is not None:
             self.admission = AdmissionControl(self.plan.batch_duration, self.run_dir)
         self._query_id = self._query_id or query_id(self.checkpoint)
+        if self.draining:  # an interrupted drain goes on with its logged end
+            self._ending = LOGGED_BATCH_ONLY if end_of_time.pending_end(self.checkpoint) is not None else READ_AVAILABLE
         self._inbox = events.follow(self._spark, self._query_id,
                                     self._admit if self.admission is not None else None)
         try:
@@ -162,6 +171,7 @@ class PipelineRun:
                 shutil.rmtree(checkpoints.run_dir(self.root, self.plan.name, old), ignore_errors=True)
             storage.delete_tree(self.root)
             self._fresh = False
+        end_of_time.refuse_drained(self.root, self.plan.name)
         verify_restart(self.plan, self.root)
         self._query_id = query_id(self.checkpoint)
         self.run_dir = checkpoints.run_dir(self.root, self.plan.name, self._query_id)
@@ -182,7 +192,7 @@ class PipelineRun:
             if not self._stop_asked:
                 record_plan(self.plan, self.root)
                 self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir,
-                                         self.trigger_interval)
+                                         self.trigger_interval, self._ending)
                 self.display.started()
         except HeadraceError:
             raise
@@ -385,6 +395,55 @@ class PipelineRun:
             raise KeyboardInterrupt(self.stop_reason)
         return self.result()
 
+    def wait_drained(self) -> RunResult:
+        """A drain (``drain=True``): the query reads what the sources held when it started and ends
+        by itself; then, when a step keeps state, the batch at the end of time is logged and run
+        (``headrace/environment/end_of_time.py``); then the pipeline is marked drained. A stop
+        asked meanwhile stops at a batch boundary, and draining again goes on from there."""
+        end = end_of_time.pending_end(self.checkpoint) if self.query is not None else None
+        try:
+            if self.query is not None and self._ending == READ_AVAILABLE:
+                self._until_ended(lambda: False)
+                if not self.stopping and self._ended_by_itself() and stateful_steps(self.plan):
+                    end = end_of_time.log_end(self.checkpoint)
+                    if end is not None:
+                        self._ending = LOGGED_BATCH_ONLY
+                        self._start_query()
+            if end is not None and not self.stopping:
+                self._until_ended(lambda: (end_of_time.last_batch(self.checkpoint, "commits") or -1) >= end)
+            if self.query is not None and not self.stopping and self._ended_by_itself(end):
+                last = end if end is not None else end_of_time.last_batch(self.checkpoint, "commits")
+                if last is None:
+                    self.stop_reason = "nothing to drain: no batch has run"
+                else:
+                    end_of_time.mark_drained(self.root, last)
+                    self.stop_reason = f"drained: every window fired, ended for good at batch {last}"
+            elif self.query is not None and self.stopping and self.query.isActive:
+                self._end_of_batch()
+        finally:
+            self._finish()
+        if self._halted:
+            raise KeyboardInterrupt(self.stop_reason)
+        return self.result()
+
+    def _until_ended(self, done: Callable[[], bool]) -> None:
+        """Wait until the query ends (restarting it after a failure worth it), ``done()`` holds, or a stop is asked."""
+        while not self.stopping and not done() and self._alive():
+            try:
+                self.query.awaitTermination(0.25)
+            except Exception:  # noqa: BLE001 - the query failed: _alive() restarts it or raises
+                continue
+            finally:
+                self.poll()
+        self._collect()
+
+    def _ended_by_itself(self, end: int | None = None) -> bool:
+        """Whether the drain's query got to its end: its logged end committed, or (none logged)
+        the query stopped without an error."""
+        if end is not None:
+            return (end_of_time.last_batch(self.checkpoint, "commits") or -1) >= end
+        return not self.query.isActive and self.query.exception() is None
+
     def _finish(self) -> None:
         try:
             if self._halting is not None:
@@ -409,6 +468,20 @@ class PipelineRun:
     def _stop_quietly(self) -> None:
         if self.query is not None and self.query.isActive:
             self.query.stop()
+
+
+def refuse_drain(plan: Any) -> None:
+    """Raise for a pipeline a drain cannot end: in real-time mode (no micro-batch to log its end
+    as), or with operators (an operator learns the end of its input from a bounded source's
+    flush row, which a drain cannot give)."""
+    from headrace.spark.real_time import REAL_TIME
+
+    if plan.trigger == REAL_TIME:
+        raise PlanError(f"pipeline {plan.name!r} runs in real-time mode, which has no micro-batch a drain could "
+                        "end it with; stop it instead")
+    if has_operators(plan):
+        raise PlanError(f"pipeline {plan.name!r} runs operators, which learn that their input ended only from a "
+                        "bounded source, not from a drain; stop it instead, or run it on bounded sources")
 
 
 def _batch_id(progress: dict[str, Any] | None) -> int | None:
@@ -447,7 +520,7 @@ def deferring_runs() -> Iterator[None]:
 def run(pipeline: Any, *, state_dir: str | None = None, master: str | None = None, progress: str = "line",
         fresh: bool = False, until_exhausted: bool | None = None, max_seconds: float | None = None,
         trigger_interval: str | None = None, handle_signals: bool = True, restart_attempts: int | None = None,
-        restart_window: Any = None, restart_backoff: Any = None) -> RunResult:
+        restart_window: Any = None, restart_backoff: Any = None, drain: bool = False) -> RunResult:
     """Run ``pipeline`` until its bounded input is exhausted, Ctrl-C / SIGTERM, or ``max_seconds``.
 
     Restarting with the same ``state_dir`` continues from the checkpoint exactly where the
@@ -455,16 +528,20 @@ def run(pipeline: Any, *, state_dir: str | None = None, master: str | None = Non
     restarting is started again from its checkpoint: up to ``restart_attempts`` times within
     ``restart_window``, after ``restart_backoff`` doubled at each restart (defaults: the
     ``HEADRACE_RESTART_*`` settings). With ``handle_signals``, the first Ctrl-C or SIGTERM
-    stops at a batch boundary and a second stops at once (KeyboardInterrupt).
+    stops at a batch boundary and a second stops at once (KeyboardInterrupt). ``drain`` ends an
+    unbounded pipeline for good: it reads what the sources hold now, fires every open window and
+    event-time timer, and marks the checkpoint drained (docs/runtime.md, "Draining a pipeline").
     """
     runner = PipelineRun(pipeline, state_dir=state_dir, master=master, progress=progress, fresh=fresh,
                          trigger_interval=trigger_interval, restart_attempts=restart_attempts,
-                         restart_window=restart_window, restart_backoff=restart_backoff)
+                         restart_window=restart_window, restart_backoff=restart_backoff, drain=drain)
     with stop_on_signals(handle_signals) as signals:
         if handle_signals and signals.installed:
             signals.attach(runner)
         try:
             runner.start()
+            if runner.draining:
+                return runner.wait_drained()
             return runner.wait(until_exhausted=until_exhausted, max_seconds=max_seconds)
         finally:
             signals.detach(runner)

@@ -8,6 +8,7 @@ its own that the server supervises (docs/control-plane.md).
 * ``standby_pool``: the warm standby driver of ``--standby``;
 * ``http_api``: the REST API, with the token, Origin and Host checks; ``openapi``: its description;
 * ``metrics``: each pipeline's figures, for ``/metrics`` and the web UI; ``views``: its queryable
-  views; ``pipeline_dirs``: where a pipeline's files are; ``ui/``: the web UI's files;
+  views; ``checkpoint_info``: its checkpoint's batches; ``config_info``: its configuration, secrets
+  redacted; ``pipeline_dirs``: where a pipeline's files are; ``ui/``: the web UI's files;
 * ``client``: the API from Python, as the CLI's pipeline commands and ``headrace query`` call it.
 """

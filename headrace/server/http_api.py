@@ -20,7 +20,8 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from headrace.server import views
+from headrace.server import checkpoint_info, views
+from headrace.server.config_info import configuration
 from headrace.server.metrics import Metrics
 from headrace.server.openapi import ACTIONS, MAX_PARTITIONS, OPENAPI
 from headrace.server.pipeline_dirs import dag
@@ -39,6 +40,8 @@ CHANGES = re.compile(r"^/api/pipelines/([^/]+)/changes/([^/]+)$")
 FIGURES = re.compile(r"^/api/pipelines/([^/]+)/figures$")
 DAG = re.compile(r"^/api/pipelines/([^/]+)/dag$")
 EXCEPTIONS = re.compile(r"^/api/pipelines/([^/]+)/exceptions$")
+CHECKPOINTS = re.compile(r"^/api/pipelines/([^/]+)/checkpoints$")
+CONFIG = re.compile(r"^/api/pipelines/([^/]+)/config$")
 OPERATION = re.compile(r"^/api/operations/([0-9a-f]{1,32})$")
 # The web UI's files (headrace/server/ui/), by path; they hold no data, so they need no token.
 UI_FILES = {"/": ("index.html", "text/html"), "/ui/app.js": ("app.js", "text/javascript"),
@@ -137,6 +140,15 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET" and (match := EXCEPTIONS.match(path)):
             name = api.supervisor.existing(match.group(1)).name
             return 200, {"pipeline": name, "exceptions": api.supervisor.registry.exceptions(name)}
+        if method == "GET" and (match := CHECKPOINTS.match(path)):
+            limit = _integer(query.get("limit", str(checkpoint_info.DEFAULT_LIMIT)), "limit", 1,
+                             checkpoint_info.MAX_LIMIT)
+            entry = api.supervisor.existing(match.group(1))
+            reports = api.metrics.figures(entry, checkpoint_info.MAX_LIMIT)["recent"]
+            return 200, checkpoint_info.checkpoints(entry, reports, limit)
+        if method == "GET" and (match := CONFIG.match(path)):
+            entry = api.supervisor.existing(match.group(1))
+            return 200, configuration(entry, api.supervisor.restart_policy(entry.name))
         if method == "GET" and (answer := self._state(path, query)) is not None:
             return answer
         if (match := LOGS.match(path)) and method == "GET":
@@ -155,8 +167,12 @@ class Handler(BaseHTTPRequestHandler):
                 raise Refused(404, f"no action {action!r}: the actions are {', '.join(ACTIONS)}")
             asked_at = time.time()
             if action == "stop":
-                entry = api.supervisor.stop(name, now=_boolean(query.get("now", "false"), "now"))
-                return 200, self._operation(entry, action, asked_at)
+                now, drain = (_boolean(query.get(flag, "false"), flag) for flag in ("now", "drain"))
+                if now and drain:
+                    raise Refused(400, "now and drain exclude each other: a drain stops at a batch boundary")
+                if drain:
+                    return 200, self._operation(api.supervisor.drain(name), "drain", asked_at)
+                return 200, self._operation(api.supervisor.stop(name, now=now), action, asked_at)
             if action in ("pause", "resume", "restart"):
                 return 200, self._operation(getattr(api.supervisor, action)(name), action, asked_at)
             if action == "upgrade":

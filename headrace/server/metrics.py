@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headrace.contract import END_OF_INPUT_MS
-from headrace.server.registry import RUNNING, Entry
+from headrace.server.registry import DRAINING, RUNNING, Entry
 
 COUNTED = ("input_rows", "dead_letters", "late_rows_dropped")
 RECENT_BATCHES = 1000  # batch ids a replay could still run again; older ones are folded into the sums
@@ -100,7 +100,7 @@ class Metrics:
                 totals = self._read(entry)
                 last, name = totals.last, entry.name
                 add("headrace_pipeline_running", "gauge", "1 while the pipeline's driver runs", name,
-                    int(entry.status == RUNNING))
+                    int(entry.status in (RUNNING, DRAINING)))
                 add("headrace_driver_restarts_total", "counter", "drivers the server restarted after they died",
                     name, entry.restarts)
                 add("headrace_exceptions_total", "counter", "errors its drivers ended with", name,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from headrace.server import views
+from headrace.server import checkpoint_info, views
 
 MAX_PARTITIONS = 10_000
 ACTIONS = ("stop", "pause", "resume", "restart", "upgrade", "rescale", "remove")
@@ -96,6 +96,17 @@ OPENAPI: dict[str, Any] = {
             "the steps of the plan its driver runs: name, kind, inputs, where defined, connector type"),
         "/api/pipelines/{name}/exceptions": _object_of_pipeline(
             "the errors its drivers ended with, each once with its count, its first and last time, the latest first"),
+        "/api/pipelines/{name}/checkpoints": {"get": {
+            "summary": "its checkpoint: location, committed batches, size on disk, state per stateful operator, and "
+                       "its last committed batches (limit, 100 by default), newest first, each with when it "
+                       "committed, its duration, input rows and watermark",
+            "parameters": [_name_parameter(), {"name": "limit", "in": "query", "schema": {
+                "type": "integer", "minimum": 1, "maximum": checkpoint_info.MAX_LIMIT}}],
+            "responses": {"200": {"description": "the checkpoint and its batches", **_json_of({"type": "object"})},
+                          "400": _error("bad input"), "404": _error("no such pipeline")}}},
+        "/api/pipelines/{name}/config": _object_of_pipeline(
+            "what it runs with: file, status, restart strategy, trigger, and each source's and sink's settings "
+            "(secrets as ***)"),
         "/api/pipelines/{name}/state": _object_of_pipeline(
             "the pipeline's queryable views, each with the batch and watermark it is as of"),
         "/api/pipelines/{name}/state/{view}": {"get": {
@@ -126,13 +137,15 @@ OPENAPI: dict[str, Any] = {
             "responses": {"200": {"description": "the events", "content": {"text/event-stream": {
                 "schema": {"type": "string"}}}}, "400": _error("bad input"), "404": _error("no such pipeline")}}},
         "/api/pipelines/{name}/{action}": {"post": {
-            "summary": "stop (at a batch boundary; ?now=true at once), pause (at a batch boundary) and resume, "
+            "summary": "stop (at a batch boundary; ?now=true at once; ?drain=true reads what the sources hold, "
+                       "fires every window and ends the pipeline for good), pause (at a batch boundary) and resume, "
                        "restart from the checkpoint, upgrade to another file (body {\"file\": ...}; refused with "
                        "the reasons when its checkpoint cannot be kept), rescale its keyed state (body "
                        "{\"partitions\": N}), or remove a stopped pipeline",
             "parameters": [_name_parameter(), {"name": "action", "in": "path", "required": True,
                                                "schema": {"type": "string", "enum": list(ACTIONS)}},
-                           {"name": "now", "in": "query", "schema": {"type": "boolean"}}],
+                           {"name": "now", "in": "query", "schema": {"type": "boolean"}},
+                           {"name": "drain", "in": "query", "schema": {"type": "boolean"}}],
             "requestBody": {"required": False, "content": {"application/json": {"schema": {
                 "type": "object", "properties": {"file": {"type": "string"},
                                                  "partitions": {"type": "integer", "minimum": 1,

@@ -2,7 +2,7 @@
 is accepted gets an operation id at once, and the operation is done when what it asked for has
 happened, as the supervisor sees it:
 
-* stop: the pipeline is stopped; pause: it is paused;
+* stop: the pipeline is stopped; pause: it is paused; drain (a stop with drain): it is finished;
 * submit, resume, restart, upgrade: a driver started for it has started its query (Spark took
   its plan and checkpoint) or committed a micro-batch, as its progress file reports after the
   request, or its input ended.
@@ -24,7 +24,7 @@ from typing import Any
 from headrace.server.registry import FAILED, FINISHED, PAUSED, STOPPED, Entry
 
 RUNNING, DONE, FAILED_OPERATION = "running", "done", "failed"
-AWAITED = {"stop": STOPPED, "pause": PAUSED}  # the status that ends these; the others await a batch
+AWAITED = {"stop": STOPPED, "pause": PAUSED, "drain": FINISHED}  # the status that ends these; the others await a batch
 
 
 @dataclass
@@ -91,7 +91,11 @@ def _outcome(operation: Operation, entry: Entry, last_report_at: float | None) -
         return FAILED_OPERATION, f"the pipeline failed: {entry.reason}"
     awaited = AWAITED.get(operation.action)
     if awaited is not None:
-        return (DONE, f"{entry.name} is {awaited}") if entry.status == awaited else None
+        if entry.status == awaited:
+            return DONE, f"{entry.name} is {awaited}"
+        if entry.status in (STOPPED, PAUSED, FINISHED) and not entry.wanted:
+            return FAILED_OPERATION, f"the pipeline was {entry.status} first"
+        return None
     if last_report_at is not None and last_report_at >= operation.started_at:
         return DONE, f"{entry.name}'s driver is under way"
     if entry.status == FINISHED:

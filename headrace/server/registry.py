@@ -10,9 +10,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 # A pipeline's status: what its driver is doing, as the supervisor last saw it.
-STARTING, RUNNING, RESTARTING, STOPPING, STOPPED, PAUSED, FINISHED, FAILED, RESCALING = (
-    "starting", "running", "restarting", "stopping", "stopped", "paused", "finished", "failed", "rescaling")
-LIVE = (STARTING, RUNNING, RESTARTING, STOPPING)  # a driver runs, or is to run again if it ends
+STARTING, RUNNING, RESTARTING, STOPPING, STOPPED, PAUSED, FINISHED, FAILED, RESCALING, DRAINING = (
+    "starting", "running", "restarting", "stopping", "stopped", "paused", "finished", "failed", "rescaling",
+    "draining")
+LIVE = (STARTING, RUNNING, RESTARTING, STOPPING, DRAINING)  # a driver runs, or is to run again if it ends
 
 
 def exception_key(message: str) -> str:

@@ -21,10 +21,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from headrace.runtime.restarts import RestartPolicy
 from headrace.server.operations import Operations
 from headrace.server.registry import (
+    DRAINING,
     FAILED,
     FINISHED,
     LIVE,
@@ -118,6 +120,17 @@ class Supervisor:
     def stop(self, name: str, now: bool = False) -> Entry:
         """Ask the pipeline's driver to stop at a batch boundary (``now``: at once); it is not restarted."""
         return self._end_driver(name, "stop requested", self._stopped, now=now)
+
+    def drain(self, name: str) -> Entry:
+        """Stop the pipeline's driver at a batch boundary, then end the pipeline for good with a
+        driver of ``headrace run --drain``: what the sources hold now is read, every open window
+        and timer fires, and the pipeline is finished. A driver killed meanwhile drains again."""
+        with self._lock:
+            entry = self.existing(name)
+            if entry.status in (FINISHED, FAILED):
+                raise Refused(409, f"pipeline {name!r} is {entry.status}; there is nothing to drain")
+            _drain_mark(entry).touch()
+            return self._end_driver(name, "drain requested", self._launch, status=DRAINING)
 
     def pause(self, name: str) -> Entry:
         """Stop consuming at a batch boundary, keeping the checkpoint: ``resume`` goes on from it."""
@@ -222,10 +235,12 @@ class Supervisor:
 
     @staticmethod
     def _stopped(entry: Entry) -> None:
+        _drain_mark(entry).unlink(missing_ok=True)
         entry.status, entry.wanted, entry.reason = STOPPED, False, "stopped on request"
 
     @staticmethod
     def _paused(entry: Entry) -> None:
+        _drain_mark(entry).unlink(missing_ok=True)
         entry.status, entry.wanted, entry.reason = PAUSED, False, "paused at a batch boundary; resume goes on"
 
     def remove(self, name: str) -> None:
@@ -249,6 +264,11 @@ class Supervisor:
             known = ", ".join(e.name for e in self.registry.all()) or "none"
             raise Refused(404, f"no pipeline {name!r} (the server has: {known})")
         return entry
+
+    def restart_policy(self, name: str) -> RestartPolicy:
+        """The restart strategy the pipeline's drivers are supervised under."""
+        with self._lock:
+            return self._policies.get(name) or self._policy()
 
     # -- checks before a start ----------------------------------------------------------------------
 
@@ -287,17 +307,20 @@ class Supervisor:
         self._log_from[entry.name] = os.path.getsize(log) if os.path.exists(log) else 0
         job = {"file": entry.file, "state_dir": entry.state_dir, "log": log, "progress_log": progress,
                "exit_file": exit_file}
-        child = None if cold or self.standbys is None else self.standbys.take(job)
+        draining = _drain_mark(entry).exists()
+        child = None if cold or draining or self.standbys is None else self.standbys.take(job)
         entry.reason = "a warm standby driver took it" if child is not None else "driver started"
         if child is None:
             command = [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
-                       "--state-dir", entry.state_dir, "--quiet"]
+                       "--state-dir", entry.state_dir, "--quiet", *(["--drain"] if draining else [])]
             environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "HEADRACE_PROGRESS_LOG": progress}
             with open(log, "ab") as out:
                 child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True, env=environment)
         self._children[child.pid] = child
         entry.pid, entry.status, entry.wanted, entry.last_exit = child.pid, RUNNING, True, None
+        if draining:
+            entry.status, entry.reason = DRAINING, "draining: reading what its sources hold, then firing every window"
         self.registry.put(entry)
 
     @staticmethod
@@ -341,7 +364,10 @@ class Supervisor:
         elif not entry.wanted:
             self._stopped(entry)
         elif status == 0:
-            entry.status, entry.wanted, entry.reason = FINISHED, False, "its input ended"
+            drained = _drain_mark(entry)
+            entry.status, entry.wanted = FINISHED, False
+            entry.reason = "drained: every window fired; it ended for good" if drained.exists() else "its input ended"
+            drained.unlink(missing_ok=True)
         else:
             self._after_crash(entry, "killed" if status is None else f"exit status {status}")
         self.registry.put(entry)
@@ -386,6 +412,11 @@ class Supervisor:
         entry.restarts += 1
         entry.status, entry.reason = RESTARTING, f"driver {how}; restarting from its checkpoint in {delay:g} s"
         self._due[entry.name] = time.time() + delay
+
+
+def _drain_mark(entry: Entry) -> Path:
+    """The file that says the pipeline drains: its next driver, a restarted one too, runs ``--drain``."""
+    return Path(entry.state_dir, "drain.requested")
 
 
 def _last_report_at(progress: str) -> float | None:

@@ -108,12 +108,20 @@ def _reached(entry: Entry, view: str, min_batch: int | None, wait_s: float) -> V
 
 
 def _as_of_fields(as_of: AsOf) -> dict[str, Any]:
-    """The view's standing, with its watermark as text: an ISO time, "end of input" once a bounded
-    input ended (its flush raised the watermark past every window), None before the first."""
-    watermark, text = as_of.watermark_ms, None
-    if watermark is not None and watermark >= END_OF_INPUT_MS:
-        text = "end of input"
-    elif watermark:
-        moment = datetime.datetime.fromtimestamp(watermark / 1000, datetime.UTC)
-        text = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return {**as_of.public(), "watermark": text}
+    """The view's standing, with its watermark as text (``watermark_text``)."""
+    return {**as_of.public(), "watermark": watermark_text(as_of.watermark_ms)}
+
+
+def watermark_text(watermark_ms: int | None) -> str | None:
+    """A watermark as text: an ISO time, "end of input" once a bounded input ended (its flush
+    raised the watermark past every window), None before the first.
+
+    >>> watermark_text(1_700_000_000_000), watermark_text(253402214400000), watermark_text(0)
+    ('2023-11-14T22:13:20.000Z', 'end of input', None)
+    """
+    if watermark_ms is not None and watermark_ms >= END_OF_INPUT_MS:
+        return "end of input"
+    if not watermark_ms:
+        return None
+    moment = datetime.datetime.fromtimestamp(watermark_ms / 1000, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

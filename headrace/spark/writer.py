@@ -38,9 +38,17 @@ SINK_TAG = "_hr_sink"
 # which takes those writes off every batch's latency. The writer is at-least-once in any case
 # (a replayed batch is written again), and stays so: a crash may replay a batch or two more.
 ASYNC_PROGRESS_WRITERS = ("kafka",)
+# How a drain's queries end (``headrace/runtime/runner.py``): the first reads what the sources hold
+# when it starts and ends by itself (Spark's availableNow); the second runs the batch logged by
+# hand in the offset log (``headrace/environment/end_of_time.py``) and then waits for a trigger
+# that will not come before the runner stops it.
+READ_AVAILABLE = "available now"
+LOGGED_BATCH_ONLY = "logged batch only"
+_NO_NEXT_TRIGGER = "1 day"
 
 
-def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, asked_interval: str | None) -> Any:
+def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, asked_interval: str | None,
+                ending: str | None = None) -> Any:
     owner = f"{plan.name}@{query_id(checkpoint)}"
     sinks = [_bound(sink, owner) for sink in plan.sinks()]
     for sink in sinks:
@@ -71,7 +79,11 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     stream.sparkSession.conf.set(stages.ALLOW_MULTIPLE, "true" if stateful > 1 else "false")
     writer = (stream.writeStream.queryName(plan.name).option("checkpointLocation", checkpoint)
               .outputMode(compiled.output_mode))
-    if plan.trigger == REAL_TIME:
+    if ending == READ_AVAILABLE:
+        writer = writer.trigger(availableNow=True)
+    elif ending == LOGGED_BATCH_ONLY:
+        writer = writer.trigger(processingTime=_NO_NEXT_TRIGGER)
+    elif plan.trigger == REAL_TIME:
         if stateful:
             for key, value in real_time.STATE_SETTINGS.items():
                 stream.sparkSession.conf.set(key, value)
@@ -82,7 +94,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         writer = writer.format(native).options(**sinks[0].connector.native_options())
         if sinks[0].connector.partition_by:
             writer = writer.partitionBy(*sinks[0].connector.partition_by)
-        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stateful:
+        if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stateful and ending is None:
             writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
         writer = writer.foreachBatch(dispatch)

@@ -1,5 +1,5 @@
-// headrace's web UI: the server's pipelines, and for each its DAG, figures, queryable views, log
-// and lifecycle buttons. No build step and no request to another host: it reads the server's own
+// headrace's web UI: the server's pipelines, and for each its DAG, figures, queryable views, log,
+// lifecycle buttons, checkpoint and configuration. No build step and no request to another host: it reads the server's own
 // REST API (docs/control-plane.md), every second.
 
 const TOKEN_KEY = "headrace-token";
@@ -222,24 +222,98 @@ function lifecycle(name, message) {
     el("button", { "data-action": action, onclick: () => act(action) }, action)), message);
 }
 
-async function pipelinePage(main, name, first) {
-  const path = `/api/pipelines/${encodeURIComponent(name)}`;
-  const [entry, figures, plan, views, log, errors] = await Promise.all([api("GET", path),
-    api("GET", `${path}/figures`), api("GET", `${path}/dag`), api("GET", `${path}/state`),
+// The pipeline page's tabs, by the name its address ends with (#/p/NAME/checkpoints); overview: none.
+const TABS = { overview: "Overview", checkpoints: "Checkpoints", configuration: "Configuration" };
+
+function tabBar(name, shownTab) {
+  return el("nav", { class: "tabs" }, Object.entries(TABS).map(([tab, title]) =>
+    el("a", { href: `#/p/${encodeURIComponent(name)}${tab === "overview" ? "" : `/${tab}`}`, "data-tab": tab,
+              class: tab === shownTab ? "active" : undefined }, title)));
+}
+
+async function overviewTab(name, path, figures, bad, first) {
+  const [plan, views, log, errors] = await Promise.all([api("GET", `${path}/dag`), api("GET", `${path}/state`),
     api("GET", `${path}/logs?lines=30`), api("GET", `${path}/exceptions`)]);
-  const { bad, why } = health(entry, figures);
-  const message = first ? el("span", { id: "message", class: "quiet" }) : document.getElementById("message");
-  const parts = [
-    el("h2", {}, name, " ", statusBadge(entry, bad), " ", el("span", { class: "quiet", id: "reason" }, why || entry.reason)),
-    lifecycle(name, message),
-    kpis(entry, figures),
+  return [
     el("section", {}, el("h3", {}, "DAG"), dagSvg(plan.nodes, bad)),
     el("section", {}, el("h3", {}, "Records per batch (recent batches)"), chart(figures.recent), phases(figures.last)),
     exceptionsTable(errors.exceptions),
+    statePanel(name, views.views, first ? null : document.getElementById("state")),
+    el("section", {}, el("h3", {}, "Driver log"), el("pre", { id: "log" }, log || "(empty)")),
   ];
-  const state = statePanel(name, views.views, first ? null : document.getElementById("state"));
-  main.replaceChildren(...parts, state, el("section", {}, el("h3", {}, "Driver log"),
-    el("pre", { id: "log" }, log || "(empty)")), el("p", { class: "quiet" }, el("a", { href: "#/" }, "all pipelines")));
+}
+
+const bytes = (value) => value === undefined || value === null ? "–" : value < 1024 ? `${number(value)} B` :
+  value < 1048576 ? `${number(value / 1024, 1)} KiB` : `${number(value / 1048576, 1)} MiB`;
+const preciseMoment = (seconds) => new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 23);
+
+// Name and value rows; each row's data-field is its field's name.
+function fieldsTable(id, fields) {
+  return el("table", { id, class: "fields" }, fields.map(([field, title, value]) =>
+    el("tr", { "data-field": field }, el("th", {}, title), el("td", {}, value ?? "–"))));
+}
+
+async function checkpointsTab(name, path) {
+  const info = await api("GET", `${path}/checkpoints`);
+  const summary = [
+    ["location", "location", info.checkpoint ?? "none yet (its first driver makes it)"],
+    ["committed", "committed batches", number(info.committed_batches)],
+    ["last", "last committed batch", info.last_committed],
+    ["kept", "batches whose files Spark keeps", number(info.retained_batches)],
+    ["size", "size on disk", `${bytes(info.size_bytes)}, of which state ${bytes(info.state_size_bytes)}`],
+    ...info.state_operators.map((operator, i) => [`operator-${i}`, `state operator ${i} (${operator.operator})`,
+      `${number(operator.rows)} rows, ${bytes(operator.memory_bytes)} in memory`]),
+  ];
+  const columns = ["batch", "committed", "duration ms", "input rows", "watermark", "state partitions"];
+  return [
+    el("section", {}, el("h3", {}, "Checkpoint"), fieldsTable("checkpoint-summary", summary)),
+    el("section", {}, el("h3", {}, "Committed batches, newest first"),
+      info.batches.length === 0 ? el("p", { class: "quiet", id: "no-batches" }, "No batch committed yet.") :
+        el("table", { id: "checkpoints" }, el("tr", {}, columns.map((title) => el("th", {}, title))),
+          info.batches.map((batch) => el("tr", { "data-batch": batch.batch }, el("td", {}, batch.batch),
+            el("td", {}, batch.committed_at ? preciseMoment(batch.committed_at) : "–"),
+            el("td", {}, number(batch.duration_ms)), el("td", { class: "input-rows" }, number(batch.input_rows)),
+            el("td", {}, batch.watermark ?? "–"), el("td", {}, batch.state_partitions ?? "–"))))),
+  ];
+}
+
+const setting = (value) => typeof value === "string" ? value : JSON.stringify(value);
+
+async function configurationTab(name, path) {
+  const config = await api("GET", `${path}/config`);
+  const pipeline = [
+    ["pipeline", "pipeline", config.pipeline], ["name_in_file", "name in its file", config.name_in_file],
+    ["file", "file", config.file], ["status", "status", config.status], ["state_dir", "state dir", config.state_dir],
+    ["restart_strategy", "restart strategy", config.restart_strategy.description],
+    ["trigger", "trigger", config.trigger], ["guarantee", "guarantee", config.guarantee],
+  ];
+  const connectors = [...config.sources.map((c) => ["source", c]), ...config.sinks.map((c) => ["sink", c])];
+  return [
+    el("section", {}, el("h3", {}, "Pipeline"), fieldsTable("config-pipeline", pipeline)),
+    el("section", { id: "config-connectors" }, el("h3", {}, "Sources and sinks"),
+      config.plan_recorded ? connectors.map(([role, connector]) =>
+        el("div", { class: "connector", "data-role": role, "data-step": connector.name },
+          el("h4", {}, `${role} ${connector.name} `,
+            el("span", { class: "quiet" }, `${connector.type} (${connector.defined_at}), ${connector.guarantee}`)),
+          fieldsTable(undefined, Object.entries(connector.settings).map(([key, value]) => [key, key, setting(value)])))) :
+        el("p", { class: "quiet" }, "Not known yet: a driver records its plan when it starts its query.")),
+  ];
+}
+
+async function pipelinePage(main, name, tab, first) {
+  const path = `/api/pipelines/${encodeURIComponent(name)}`;
+  const [entry, figures] = await Promise.all([api("GET", path), api("GET", `${path}/figures`)]);
+  const { bad, why } = health(entry, figures);
+  const message = first ? el("span", { id: "message", class: "quiet" }) : document.getElementById("message");
+  const panels = tab === "checkpoints" ? await checkpointsTab(name, path) :
+    tab === "configuration" ? await configurationTab(name, path) : await overviewTab(name, path, figures, bad, first);
+  main.replaceChildren(
+    el("h2", {}, name, " ", statusBadge(entry, bad), " ", el("span", { class: "quiet", id: "reason" }, why || entry.reason)),
+    lifecycle(name, message),
+    kpis(entry, figures),
+    tabBar(name, tab),
+    ...panels,
+    el("p", { class: "quiet" }, el("a", { href: "#/" }, "all pipelines")));
 }
 
 // -- routing -------------------------------------------------------------------------------------
@@ -251,8 +325,9 @@ async function render() {
   const first = route !== shown;
   shown = route;
   try {
-    const match = route.match(/^\/p\/(.+)$/);
-    if (match) await pipelinePage(main, decodeURIComponent(match[1]), first);
+    const match = route.match(/^\/p\/([^/]+)(?:\/([a-z]+))?$/);
+    const tab = match && Object.hasOwn(TABS, match[2] ?? "") ? match[2] : "overview";
+    if (match) await pipelinePage(main, decodeURIComponent(match[1]), tab, first);
     else await listPage(main);
   } catch (error) {
     main.replaceChildren(el("p", { class: "badge bad", id: "error" }, error.message), " ",
