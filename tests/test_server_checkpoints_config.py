@@ -151,17 +151,17 @@ def test_the_configuration_shows_each_source_and_sink_and_never_a_secret(server:
     p = hr.Pipeline("orders_in_file")
     p.source("orders", Broker()).sink("db", hr.sinks.Postgres("orders", dsn="postgresql://app:s3cret@db:5432/shop"))
     write(root / "checkpoint" / "metadata", '{"id": "q"}\n')  # the driver makes the checkpoint, then records the plan
-    record_plan(p.plan, str(root))
+    record_plan(p.plan, str(root), "1 second")
 
     status, config = server.get("/api/pipelines/orders/config")
     assert status == 200, config
     text = json.dumps(config)
     assert "hunter2" not in text and "s3cret" not in text and "guest:guest" not in text
     assert {name: config[name] for name in ("pipeline", "name_in_file", "file", "status", "plan_recorded", "trigger",
-                                            "guarantee")} == {
+                                            "trigger_interval", "guarantee")} == {
         "pipeline": "orders", "name_in_file": "orders_in_file",
         "file": str(tmp_path / "state" / "orders" / "orders.py"), "status": "stopped", "plan_recorded": True,
-        "trigger": "micro-batch", "guarantee": "exactly-once"}
+        "trigger": "micro-batch", "trigger_interval": "1 second", "guarantee": "exactly-once"}
     assert config["restart_strategy"]["description"] == ("2 restarts within 1m, waiting 500ms, then twice as long for "
                                                          "each restart in the window (at most 60 s)")
     [source], [sink] = config["sources"], config["sinks"]

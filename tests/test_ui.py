@@ -146,6 +146,8 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         expect(page.locator(".connector[data-step=orders] tr[data-field=path] td")).to_have_text(str(inbox))
         expect(page.locator(".connector[data-step=out] tr[data-field=path] td")).to_have_text(str(out))
         expect(page.locator("#config-pipeline tr[data-field=restart_strategy] td")).to_contain_text("3 restarts")
+        expect(page.locator("#config-pipeline tr[data-field=trigger_interval] td")).to_have_text(
+            "none: as fast as it can")
         assert problems == []
         assert hosts == {server.url.split("/")[2]}
         assert server.token not in page.url  # taken out of the address bar, kept for the tab

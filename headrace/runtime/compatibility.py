@@ -367,6 +367,7 @@ def verify_restart(plan: Plan, root: str) -> None:
         raise IncompatibleCheckpoint(verdict.message())
 
 
-def record_plan(plan: Plan, root: str) -> None:
-    """Store ``plan`` beside its checkpoint: the plan the next restart is checked against."""
-    write_plan(root, plan_record(plan))
+def record_plan(plan: Plan, root: str, interval: str | None = None) -> None:
+    """Store ``plan`` beside its checkpoint: the plan the next restart is checked against, with the
+    trigger interval its query runs at (None: as fast as it can; not compared at a restart)."""
+    write_plan(root, {**plan_record(plan), "trigger_interval": interval})

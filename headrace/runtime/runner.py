@@ -190,7 +190,7 @@ class PipelineRun:
             if not self._stop_asked:
                 self.compiled = compile_plan(self.plan, self._spark, self.run_dir, self.checkpoint)
             if not self._stop_asked:
-                record_plan(self.plan, self.root)
+                record_plan(self.plan, self.root, trigger_interval(self.plan, self.trigger_interval))
                 self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir,
                                          self.trigger_interval, self._ending)
                 self.display.started()

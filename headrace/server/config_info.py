@@ -56,6 +56,7 @@ def configuration(entry: Entry, policy: RestartPolicy) -> dict[str, Any]:
         "pipeline": entry.name, "name_in_file": plan.get("pipeline") if plan else None, "file": entry.file,
         "status": entry.status, "state_dir": entry.state_dir, "restart_strategy": restart_strategy(policy),
         "plan_recorded": plan is not None, "trigger": plan.get("trigger") if plan else None,
+        "trigger_interval": plan.get("trigger_interval") if plan else None,
         "guarantee": plan.get("guarantee") if plan else None,
         "sources": [_connector(node) for node in nodes if node.get("kind") == "source"],
         "sinks": [_connector(node) for node in nodes if node.get("kind") == "sink"],

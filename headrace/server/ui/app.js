@@ -285,7 +285,9 @@ async function configurationTab(name, path) {
     ["pipeline", "pipeline", config.pipeline], ["name_in_file", "name in its file", config.name_in_file],
     ["file", "file", config.file], ["status", "status", config.status], ["state_dir", "state dir", config.state_dir],
     ["restart_strategy", "restart strategy", config.restart_strategy.description],
-    ["trigger", "trigger", config.trigger], ["guarantee", "guarantee", config.guarantee],
+    ["trigger", "trigger", config.trigger],
+    ["trigger_interval", "trigger interval", config.trigger_interval || (config.plan_recorded ? "none: as fast as it can" : null)],
+    ["guarantee", "guarantee", config.guarantee],
   ];
   const connectors = [...config.sources.map((c) => ["source", c]), ...config.sinks.map((c) => ["sink", c])];
   return [
