@@ -46,6 +46,7 @@ DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sen
 LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
 CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
 REPEAT_METRIC_PREFIX = "hr_repeat_"  # + source: rows Spark counted again, the query scanning it per branch
+STEP_METRIC_PREFIX = "hr_step_"  # + step: the records a step of the query handed on (control rows not counted)
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
 # 9999-12-31: raises the watermark past every real window at the end of a bounded input.
 FLUSH_TIME_MS = 253_402_214_400_000

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,10 +107,23 @@ def outputs(out: Path) -> dict[str, Counter]:
     }
 
 
-def headrace(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "headrace.cli", *args, "--state-dir", str(cwd / "state")],
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen]]:
+    """The runs a test starts: each one's process group is killed when the test ends, failed or not."""
+    runs: list[subprocess.Popen] = []
+    yield runs
+    for run in runs:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(30)
+
+
+def headrace(started: list[subprocess.Popen], *args: str, cwd: Path) -> subprocess.Popen:
+    run = subprocess.Popen([sys.executable, "-m", "headrace.cli", *args, "--state-dir", str(cwd / "state")],
+                           cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    started.append(run)
+    return run
 
 
 def wait_for(what: str, check: Any, process: subprocess.Popen, timeout: float = 180) -> None:
@@ -124,7 +138,8 @@ def logged_end(checkpoint: Path) -> bool:
     return end_of_time.pending_end(str(checkpoint)) is not None if (checkpoint / "offsets").exists() else False
 
 
-def test_a_drain_killed_after_logging_its_end_then_drained_again_fires_every_window_once(tmp_path: Path):
+def test_a_drain_killed_after_logging_its_end_then_drained_again_fires_every_window_once(
+        tmp_path: Path, started: list[subprocess.Popen]):
     auctions_in, bids_in, out = tmp_path / "auctions", tmp_path / "bids", tmp_path / "out"
     auctions_in.mkdir()
     bids_in.mkdir()
@@ -133,7 +148,7 @@ def test_a_drain_killed_after_logging_its_end_then_drained_again_fires_every_win
     write_lines(bids_in / "b1.jsonl", [{"auction": a, "price": p, "at": t} for a, p, t in FIRST_BIDS], "not a bid")
     checkpoint = tmp_path / "state" / "drained_bids" / "checkpoint"
 
-    first = headrace("run", "bids.py", "--quiet", cwd=tmp_path)
+    first = headrace(started, "run", "bids.py", "--quiet", cwd=tmp_path)
     wait_for("the first batch", lambda: (checkpoint / "commits" / "0").exists(), first)
     write_lines(auctions_in / "a2.jsonl", [dict(zip(("id", "seller", "opened"), LATE_AUCTION, strict=True))])
     matched = sum(1 for a, _, _ in FIRST_BIDS if a in (1, 2, 3))
@@ -145,19 +160,19 @@ def test_a_drain_killed_after_logging_its_end_then_drained_again_fires_every_win
 
     write_lines(bids_in / "b2.jsonl", [{"auction": a, "price": p, "at": t} for a, p, t in LATER_BIDS],
                 json.dumps(BAD_TIME))
-    killed = headrace("run", "bids.py", "--drain", "--quiet", cwd=tmp_path)
+    killed = headrace(started, "run", "bids.py", "--drain", "--quiet", cwd=tmp_path)
     wait_for("the drain to log its end", lambda: logged_end(checkpoint), killed)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(30)
     assert not (tmp_path / "state" / "drained_bids" / "drained.json").exists()
 
-    drained = headrace("run", "bids.py", "--drain", cwd=tmp_path)
+    drained = headrace(started, "run", "bids.py", "--drain", cwd=tmp_path)
     stdout, stderr = drained.communicate(timeout=240)
     assert drained.returncode == 0, stderr
     assert "stopped: drained: every window fired, ended for good at batch" in stdout
     assert outputs(out) == model()  # every window and unmatched bid once, across the kill
 
-    refused = headrace("run", "bids.py", cwd=tmp_path)
+    refused = headrace(started, "run", "bids.py", cwd=tmp_path)
     _, stderr = refused.communicate(timeout=120)
     assert refused.returncode == 1
     assert stderr.startswith("headrace: pipeline 'drained_bids' was drained at batch ")

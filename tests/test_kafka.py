@@ -347,12 +347,13 @@ def _epoch_ms(text: str) -> int:
     return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
 
 
-def test_a_window_to_postgres_and_kafka_beside_the_dead_letters_writes_each_window_once(
+def test_a_window_to_postgres_and_kafka_beside_the_dead_letters_writes_each_window_once_and_drains(
         spark: Any, broker: str, pg: Any, tmp_path: Path) -> None:
     """The issue's pipeline: a keyed one-minute window into PostgreSQL and (transactions) into
     Kafka, and the source's dead letters into PostgreSQL. Each sink gets every window exactly
     once, the window keeps one state, and input_rows counts each record once (the query scans
-    the source once for the window and once for the dead letters)."""
+    the source once for the window and once for the dead letters). Drained, it reads the records
+    produced since and fires the windows left open, the last record's included, each once."""
     import datetime
 
     from conftest import PG_DSN
@@ -394,3 +395,14 @@ def test_a_window_to_postgres_and_kafka_beside_the_dead_letters_writes_each_wind
     # one state per window and key: the query does not plan the window once per sink
     last = summarise(result.progress[-1])
     assert last["state_rows"] <= len({u for u, _ in events}) + 1
+
+    # drained (headrace run --drain): the records produced since are read, then the last windows fire, once each
+    later = [("u1", start + 3_600_000 + 5_000), ("u2", start + 3_600_000 + 70_000)]
+    produce(source, [(None, {"user": u, "event_time": iso(t)}, 0) for u, t in later])
+    drained = hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet", handle_signals=False, drain=True)
+    assert drained.stopped_by.startswith("drained: every window fired, ended for good at batch ")
+    final = sorted(Counter((u, t - t % 60_000) for u, t in [*events, ("~final", start + 3_600_000), *later]).items())
+    in_postgres = pg.execute(f'SELECT "user", (extract(epoch FROM window_start) * 1000)::bigint, count '
+                             f"FROM {windows}").fetchall()
+    assert sorted(((u, w), c) for u, w, c in in_postgres) == final
+    assert sorted(((v["user"], _epoch_ms(v["window_start"])), v["count"]) for _k, v in consume(sink)) == final

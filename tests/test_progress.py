@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import Any
+
+from input_files import write_in_order
 
 import headrace as hr
 from headrace.runtime.runner import PipelineRun
@@ -64,3 +67,36 @@ def test_a_bounded_sources_flush_row_is_not_an_input_row(spark, tmp_path):
         .sink("numbers", hr.sinks.Null())
     result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
     assert result.input_rows == 2_500 + 7
+
+
+def test_each_steps_records_are_counted_exactly_as_python_counts_them(spark, tmp_path):
+    """Per-step counts (``headrace/spark/step_counts.py``), over three files of ten records and a
+    bad line each, as plain Python counts them: the source's records (the pipeline's input rows,
+    the bad lines among them), a window's results, and a filter of them only the sink reads; the
+    flush (a control row) is no record. The steps Spark fuses between the source and the window
+    (a filter, a Python map, the keys) are not counted."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    records = [{"k": f"k{n % 3}", "v": n, "t": 1_000 * n} for n in range(30)]
+    for part in range(3):
+        lines = [json.dumps(r) for r in records[part * 10:(part + 1) * 10]] + ["not a record"]
+        write_in_order(folder / f"{part}.jsonl", "\n".join(lines) + "\n", part)
+    p = hr.Pipeline("step_counts")
+    source = p.source("src", hr.sources.Files(str(folder), schema={"k": "string", "v": "long", "t": "timestamp"},
+                                               bounded=True, max_files_per_batch=1), event_time="t")
+    evens = source.filter(hr.col("v") % 2 == 0, name="evens")
+    tenfold = evens.map(lambda r: {**r, "v": r["v"] * 10}, schema={"k": "string", "v": "long", "t": "timestamp"},
+                        name="tenfold")
+    windows = tenfold.key_by("k").window(hr.Tumbling("10s"), name="per_10s").aggregate(n=hr.count())
+    windows.filter(hr.col("n") > 1, name="busy").sink("out", hr.sinks.Null())
+    run = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start()
+    result = run.wait()
+
+    counted: Counter[str] = Counter()
+    for figures in run.batches.figures:
+        counted.update(figures["step_records"])
+    even = [r for r in records if r["v"] % 2 == 0]
+    per_window = Counter((r["k"], r["t"] // 10_000) for r in even)
+    busy = sum(1 for n in per_window.values() if n > 1)
+    assert dict(counted) == {"src": 33, "per_10s": len(per_window), "busy": busy}
+    assert result.dead_letters == 3 and result.late_rows_dropped == 0

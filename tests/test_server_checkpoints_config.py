@@ -6,26 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from local_server import Server
 
 import headrace as hr
 from headrace.contract import SourceConnector
 from headrace.runtime.compatibility import record_plan
 from headrace.runtime.progress import summarise
-from headrace.runtime.restarts import RestartPolicy
 from headrace.schema import Schema
 from headrace.server.config_info import redact
-from headrace.server.http_api import Api, serve
-from headrace.server.operations import Operations
-from headrace.server.registry import STOPPED, Entry, Registry
-from headrace.server.supervisor import Supervisor
 
 END_OF_INPUT_WATERMARK_MS = 253402214400000  # Spark's watermark once a bounded input ended (9999-12-31)
 
@@ -40,39 +32,11 @@ class Broker(SourceConnector):
         return {"url": "amqp://guest:guest@rabbit:5672/%2f", "password": "hunter2", "queue": "orders"}
 
 
-class Server:
-    """A server (the API, a supervisor that starts no driver) in this process, on a free port."""
-
-    def __init__(self, folder: Path) -> None:
-        database = str(folder / "server.sqlite")
-        self.registry = Registry(database)
-        supervisor = Supervisor(self.registry, Operations(database), str(folder), [str(folder)],
-                                policy=lambda: RestartPolicy(attempts=2, window_s=60, backoff_s=0.5))
-        api = Api(supervisor, "token", "127.0.0.1", 0)
-        self.http = serve(api)
-        api.bound(self.http.server_address[1])
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-
-    def pipeline(self, name: str, folder: Path) -> Path:
-        """A stopped pipeline whose state dir is ``folder``; its root (checkpoint and plan record)."""
-        self.registry.put(Entry(name, str(folder / f"{name}.py"), str(folder), STOPPED, False))
-        return folder / name
-
-    def get(self, path: str) -> tuple[int, Any]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=30) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as refused:
-            return refused.code, json.loads(refused.read())
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     running = Server(tmp_path)
     yield running
-    running.http.shutdown()
-    running.http.server_close()
+    running.close()
 
 
 def write(path: Path, text: str, modified_at: float | None = None) -> int:

@@ -124,6 +124,13 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         expect(status).to_have_text("stopped", timeout=120_000)
         written = sorted((r["id"], r["amount"]) for r in read_rows(str(out), "jsonl"))
         assert written == sorted((i, a) for rows in FILES for i, _, a in rows)  # each record once
+        # each step's records, each batch once across the kill: the source's, and the running sum's updated keys
+        updates = sum(len({c for _, c, _ in rows}) for rows in FILES)
+        node = page.locator("svg.dag .node[data-step=orders]")
+        expect(node).to_have_attribute("data-records", str(sum(map(len, FILES))))
+        expect(page.locator("svg.dag .node[data-step=spend]")).to_have_attribute("data-records", str(updates))
+        edge = page.locator("svg.dag .edge[data-from='orders'][data-to='out']")
+        assert float(edge.get_attribute("stroke-width") or 0) > 1.5  # as wide as the source's rate
 
         # the checkpoints tab: the batches Spark's commit log holds, newest first, their records each read once
         commits = tmp_path / "state" / "pipelines" / "orders_ui" / "orders_ui" / "checkpoint" / "commits"
@@ -198,5 +205,53 @@ def test_a_record_that_fails_shows_as_one_exception_with_its_count(browser: Any,
                                                         "a negative amount (record: {'amount': -5, 'id': 2})")
         status, text = server.call("GET", "/metrics")
         assert status == 200 and 'headrace_exceptions_total{pipeline="orders_failing"} 2' in text.splitlines()
+    finally:
+        server.close()
+
+
+def test_the_dag_is_drawn_by_each_steps_rate_and_a_slow_sink_red(browser: Any, tmp_path: Path) -> None:
+    """Gearpump's encodings over a pipeline's figures written here (a server in this process, no
+    driver): a step's box taller the more records per second it handed on, an edge as wide as
+    the rate of the step it comes from, a sink whose last write took most of the batch red."""
+    from local_server import TOKEN
+    from local_server import Server as LocalServer
+    from playwright.sync_api import expect
+
+    import headrace as hr
+    from headrace.runtime.compatibility import record_plan
+
+    server = LocalServer(tmp_path)
+    try:
+        root = server.pipeline("orders", tmp_path / "state")
+        p = hr.Pipeline("orders")
+        orders = p.source("orders", hr.sources.Files(str(tmp_path), schema="id long, amount long"))
+        orders.sink("archive", hr.sinks.Files(str(tmp_path / "out"), format="jsonl"))
+        orders.filter(hr.col("amount") > 100, name="big").sink("db", hr.sinks.Postgres("big", dsn="postgresql://db/x"))
+        (root / "checkpoint").mkdir(parents=True)
+        record_plan(p.plan, str(root))
+        batch = {"batch": 0, "batch_ms": 4000, "step_records": {"orders": 4000, "big": 40},
+                 "sink_ms": {"db": 3000, "archive": 200}}
+        (tmp_path / "state" / "progress.jsonl").write_text(json.dumps(batch) + "\n")
+
+        page = browser.new_page()
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.goto(f"{server.url}/?token={TOKEN}#/p/orders")
+        db = page.locator("svg.dag .node[data-step=db]")
+        expect(db).to_have_class("node bad slow", timeout=30_000)
+        expect(db.locator("title")).to_contain_text("slow, its last write took 3000 ms")
+        expect(page.locator("svg.dag .node[data-step=archive]")).to_have_class("node")
+        expect(page.locator("svg.dag .node[data-step=orders]")).to_contain_text("4,000 records, 1,000/s")
+
+        def height(step: str) -> float:
+            return float(page.locator(f"svg.dag .node[data-step={step}] rect").get_attribute("height") or 0)
+
+        def width(source: str, target: str) -> float:
+            edge = page.locator(f"svg.dag .edge[data-from='{source}'][data-to='{target}']")
+            return float(edge.get_attribute("stroke-width") or 0)
+
+        assert height("orders") > height("big") > height("db")  # 1,000/s, 10/s, none counted
+        assert width("orders", "big") > width("big", "db")
+        assert problems == []
     finally:
         server.close()

@@ -26,8 +26,10 @@ from headrace.contract import (
     DEAD_LETTER_METRIC_PREFIX,
     LATE_METRIC_PREFIX,
     REPEAT_METRIC_PREFIX,
+    STEP_METRIC_PREFIX,
     flush_rows,
 )
+from headrace.spark import sink_timings
 
 TOTALS = ("input_rows", "dead_letters", "late_rows_dropped")
 
@@ -115,13 +117,27 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
         "state_operators": [{"operator": op.get("operatorName"), "rows": op.get("numRowsTotal", 0),
                              "memory_bytes": op.get("memoryUsedBytes", 0)}
                             for op in progress.get("stateOperators", [])],
+        "step_records": step_records(progress),
     }
 
 
-class BatchLog:
-    """The batches of one run, by batch id, with their figures and the run's totals."""
+def step_records(progress: dict[str, Any]) -> dict[str, int]:
+    """The records each counted step handed on in the batch (``headrace/spark/step_counts.py``).
 
-    def __init__(self) -> None:
+    >>> step_records({"observedMetrics": {"hr_step_parse": {"records": 7}, "hr_late_w": {"late_dropped": 1}}})
+    {'parse': 7}
+    """
+    observed = progress.get("observedMetrics") or {}
+    return {name[len(STEP_METRIC_PREFIX):]: int(row.get("records") or 0)
+            for name, row in observed.items() if name.startswith(STEP_METRIC_PREFIX) and row}
+
+
+class BatchLog:
+    """The batches of one run, by batch id, with their figures and the run's totals. A pipeline's
+    one source (``only_source``) has its records among the steps': the batch's input rows."""
+
+    def __init__(self, only_source: str | None = None) -> None:
+        self.only_source = only_source
         self._reports: dict[int, dict[str, Any]] = {}
         self._figures: dict[int, dict[str, Any]] = {}
         self._totals = dict.fromkeys(TOTALS, 0)
@@ -130,7 +146,9 @@ class BatchLog:
         """Keep one batch's progress report (a later report of the same batch id replaces an
         earlier one) and return its figures."""
         batch = int(progress["batchId"])
-        figures = summarise(progress)
+        figures = {**summarise(progress), "sink_ms": sink_timings.take(str(progress.get("name") or ""), batch)}
+        if self.only_source is not None:
+            figures["step_records"] = {self.only_source: figures["input_rows"], **figures["step_records"]}
         replaced = self._figures.get(batch, {})
         for name in TOTALS:
             self._totals[name] += (figures[name] or 0) - (replaced.get(name) or 0)
@@ -144,6 +162,11 @@ class BatchLog:
     def reports(self) -> list[dict[str, Any]]:
         """Spark's progress reports, one per batch, in batch order."""
         return [self._reports[batch] for batch in sorted(self._reports)]
+
+    @property
+    def figures(self) -> list[dict[str, Any]]:
+        """headrace's figures of each batch (what the progress log holds), in batch order."""
+        return [self._figures[batch] for batch in sorted(self._figures)]
 
     def totals(self) -> dict[str, int]:
         return dict(self._totals)

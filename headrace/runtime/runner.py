@@ -96,7 +96,8 @@ class PipelineRun:
         self.stop_reason = ""
         self.started_at = 0.0
         self.restarts = 0
-        self.batches = BatchLog()
+        sources = [source.name for source in self.plan.sources()]
+        self.batches = BatchLog(sources[0] if len(sources) == 1 else None)
         self._spark: Any = None
         self._query_id = ""  # Spark's id of the query, kept in the checkpoint
         self._inbox: queue.SimpleQueue[dict[str, Any]] | None = None

@@ -5,7 +5,8 @@ The drivers append each micro-batch's figures to ``progress.jsonl`` in their sta
 gained since the last scrape. Counters add up every batch id once, across the drivers a
 pipeline has had: a batch that a killed driver ran and its successor ran again counts once, with
 its last report. Names follow Prometheus's rules: one ``headrace_`` prefix, base units
-(seconds), ``_total`` for counters; the one label is ``pipeline``.
+(seconds), ``_total`` for counters; labels ``pipeline``, and ``step`` or ``sink`` for a step's
+records (``headrace/spark/step_counts.py``) and a sink's write time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import datetime
 import json
 import os
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,7 @@ from headrace.contract import END_OF_INPUT_MS
 from headrace.server.registry import DRAINING, RUNNING, Entry
 
 COUNTED = ("input_rows", "dead_letters", "late_rows_dropped")
+SLOW_SINK_MS = 1000  # a sink slower than this, taking more than half of a batch's time, is drawn red
 RECENT_BATCHES = 1000  # batch ids a replay could still run again; older ones are folded into the sums
 CHARTED_BATCHES = 120  # the recent batches ``figures`` gives
 
@@ -29,6 +32,8 @@ CHARTED_BATCHES = 120  # the recent batches ``figures`` gives
 class _Totals:
     offset: int = 0  # how far the progress file has been read
     folded: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
+    folded_steps: Counter[str] = field(default_factory=Counter)  # each step's records
+    folded_sink_ms: Counter[str] = field(default_factory=Counter)  # each sink's write time
     recent: dict[int, dict[str, Any]] = field(default_factory=dict)  # batch id -> its figures
     last: dict[str, Any] = field(default_factory=dict)  # the last batch's figures
 
@@ -53,9 +58,18 @@ class _Totals:
             figures = self.recent.pop(batch)
             for name in COUNTED:
                 self.folded[name] += _count(figures, name)
+            self.folded_steps.update(_per_name(figures, "step_records"))
+            self.folded_sink_ms.update(_per_name(figures, "sink_ms"))
 
     def total(self, name: str) -> int:
         return self.folded[name] + sum(_count(figures, name) for figures in self.recent.values())
+
+    def per_name_totals(self, key: str) -> Counter[str]:
+        """Each step's records (``step_records``) or each sink's write milliseconds (``sink_ms``), every batch once."""
+        total = Counter(self.folded_steps if key == "step_records" else self.folded_sink_ms)
+        for figures in self.recent.values():
+            total.update(_per_name(figures, key))
+        return total
 
     def history(self, batches: int) -> list[dict[str, Any]]:
         return [self.recent[batch] for batch in sorted(self.recent)[-batches:]]
@@ -63,6 +77,32 @@ class _Totals:
 
 def _count(figures: dict[str, Any], name: str) -> int:
     return int(figures.get(name) or 0)
+
+
+def _per_name(figures: dict[str, Any], key: str) -> dict[str, int]:
+    found = figures.get(key)
+    return {str(name): int(value) for name, value in found.items()
+            if isinstance(value, int) and not isinstance(value, bool)} if isinstance(found, dict) else {}
+
+
+def step_figures(totals: _Totals) -> dict[str, dict[str, Any]]:
+    """Each counted step's records (every batch once) and rate in the last batch; each timed sink's
+    write time, in all and in the last batch, and whether it is slow: its write took more than
+    half of the last batch's time, and at least ``SLOW_SINK_MS``."""
+    last = totals.last
+    seconds = (last.get("batch_ms") or 0) / 1000
+    records, last_records = totals.per_name_totals("step_records"), _per_name(last, "step_records")
+    steps: dict[str, dict[str, Any]] = {
+        name: {"records_total": count, "records_last_batch": last_records.get(name),
+               "records_per_second": round(last_records[name] / seconds, 1) if seconds and name in last_records
+               else None} for name, count in records.items()}
+    written, last_written = totals.per_name_totals("sink_ms"), _per_name(last, "sink_ms")
+    for name, milliseconds in written.items():
+        took = last_written.get(name)
+        steps.setdefault(name, {}).update({
+            "write_seconds_total": milliseconds / 1000, "write_ms_last_batch": took,
+            "slow": took is not None and took >= SLOW_SINK_MS and took * 2 > (last.get("batch_ms") or 0)})
+    return steps
 
 
 class Metrics:
@@ -84,15 +124,16 @@ class Metrics:
         with self._lock:
             totals = self._read(entry)
             return {"pipeline": entry.name, "totals": {name: totals.total(name) for name in COUNTED},
-                    "last": totals.last, "recent": totals.history(batches)}
+                    "last": totals.last, "recent": totals.history(batches), "steps": step_figures(totals)}
 
     def exposition(self, entries: list[Entry], errors: dict[str, int]) -> str:
         """Every pipeline's figures; ``errors``: the errors each one's drivers ended with."""
         families: dict[str, tuple[str, str, list[str]]] = {}
 
-        def add(name: str, kind: str, text: str, pipeline: str, value: float | None) -> None:
+        def add(name: str, kind: str, text: str, pipeline: str, value: float | None, **labels: str) -> None:
             if value is not None:
-                families.setdefault(name, (kind, text, []))[2].append(f'{name}{{pipeline="{_label(pipeline)}"}} '
+                named = "".join(f',{label}="{_label(value_of)}"' for label, value_of in labels.items())
+                families.setdefault(name, (kind, text, []))[2].append(f'{name}{{pipeline="{_label(pipeline)}"{named}}} '
                                                                        f"{_number(value)}")
 
         with self._lock:
@@ -113,6 +154,11 @@ class Metrics:
                     totals.total("dead_letters"))
                 add("headrace_late_records_dropped_total", "counter", "records dropped as later than the watermark",
                     name, totals.total("late_rows_dropped"))
+                for step, count in sorted(totals.per_name_totals("step_records").items()):
+                    add("headrace_step_records_total", "counter", "records a step handed on", name, count, step=step)
+                for sink, milliseconds in sorted(totals.per_name_totals("sink_ms").items()):
+                    add("headrace_sink_write_seconds_total", "counter", "time a sink took to write its batches", name,
+                        milliseconds / 1000, sink=sink)
                 if last:
                     add("headrace_batch_duration_seconds", "gauge", "the last micro-batch's duration", name,
                         last["batch_ms"] / 1000 if last.get("batch_ms") is not None else None)

@@ -21,6 +21,7 @@ from headrace.spark.lowerings import LOWERINGS
 from headrace.spark.specs import has_operators, output_mode, result_time_needed, spec_of, window_needs_processor
 from headrace.spark.sql import register_functions
 from headrace.spark.stateless import good_rows, with_watermark
+from headrace.spark.step_counts import count_records, counted
 from headrace.spark.watermarks import WatermarkPlacement
 from headrace.spark.window_lowering import window_panes
 
@@ -46,8 +47,10 @@ class Lowering(WatermarkPlacement):
     """State of one compilation: the plan, the session and the DataFrames built so far."""
 
     def __init__(self, plan: Plan, spark: SparkSession, run_dir: str, query_checkpoint: str = "",
-                 fields_read: dict[str, frozenset[str]] | None = None, probe_fields: bool = False) -> None:
+                 fields_read: dict[str, frozenset[str]] | None = None, probe_fields: bool = False,
+                 count_steps: bool = False) -> None:
         super().__init__(plan)
+        self.count_steps = count_steps  # the streaming query's lowering: each step's records are counted
         self.spark, self.run_dir, self.query_checkpoint = spark, run_dir, query_checkpoint
         self.fields_read, self.probe_fields = fields_read or {}, probe_fields
         self.frames: dict[str, DataFrame] = {}
@@ -82,7 +85,8 @@ class Lowering(WatermarkPlacement):
     def frame(self, name: str) -> DataFrame:
         if name not in self.frames:
             node = self.plan.nodes[name]
-            self.frames[name] = LOWERINGS[type(node)].lower(node, self)
+            df = LOWERINGS[type(node)].lower(node, self)
+            self.frames[name] = count_records(df, node) if self.count_steps and counted(self.plan, node) else df
         return self.frames[name]
 
     def result_time(self, node: Node) -> bool:
@@ -170,7 +174,7 @@ def compile_plan(plan: Plan, spark: SparkSession, run_dir: str, checkpoint: str 
     if sources_with_checked_fields(plan):  # a probe first: which of those fields the query reads
         probe = _compile(Lowering(plan, spark, run_dir, checkpoint, probe_fields=True))
         fields_read = checked_fields_read(plan, spark, probe.frames())
-    return _compile(Lowering(plan, spark, run_dir, checkpoint, fields_read))
+    return _compile(Lowering(plan, spark, run_dir, checkpoint, fields_read, count_steps=True))
 
 
 def _compile(lowering: Lowering) -> Compiled:

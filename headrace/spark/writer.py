@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -26,7 +27,7 @@ from headrace.environment.checkpoints import query_id
 from headrace.errors import SinkError, describe, python_worker_crashed, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
-from headrace.spark import real_time, stages
+from headrace.spark import real_time, sink_timings, stages
 from headrace.spark.batch_roots import shared_root
 from headrace.spark.compiler import Compiled, Lowering, query_roots
 from headrace.spark.real_time import REAL_TIME
@@ -66,7 +67,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         # Spark's own writer writes the query's stream as it is: the sink's frame, never a root
         # stream split per batch (a window processor's raw output has its internal columns)
         stream = frames[sinks[0].name]
-        dispatch = _same_stream(sinks)
+        dispatch = _same_stream(plan.name, sinks)
     elif root is not None:
         stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir)
     else:
@@ -119,7 +120,7 @@ def _raise_for(sink: SinkNode, exc: Exception, doing: str) -> NoReturn:
     raise SinkError(f"sink '{sink.name}' ({sink.defined_at}) failed to {doing}: {describe(exc)}") from exc
 
 
-def _deliver(sinks: list[SinkNode], batch: DataFrame, batch_id: int,
+def _deliver(query: str, sinks: list[SinkNode], batch: DataFrame, batch_id: int,
              frame_of: Callable[[int, SinkNode], DataFrame]) -> None:
     """Write a micro-batch to every sink that has not committed it yet.
 
@@ -134,10 +135,12 @@ def _deliver(sinks: list[SinkNode], batch: DataFrame, batch_id: int,
                 continue
         except Exception as exc:
             _raise_for(sink, exc, f"check whether batch {batch_id} is committed")
+        started = time.monotonic()
         try:
             sink.connector.write_batch(frame_of(index, sink), batch_id)
         except Exception as exc:
             _raise_for(sink, exc, f"write batch {batch_id}")
+        sink_timings.record(query, batch_id, sink.name, round((time.monotonic() - started) * 1000))
         written += 1
     if not written:
         try:
@@ -149,12 +152,12 @@ def _deliver(sinks: list[SinkNode], batch: DataFrame, batch_id: int,
             raise
 
 
-def _same_stream(sinks: list[SinkNode]) -> Any:
+def _same_stream(query: str, sinks: list[SinkNode]) -> Any:
     def dispatch(df: DataFrame, batch_id: int) -> None:
         if len(sinks) > 1:
             df = df.persist()
         try:
-            _deliver(sinks, df, batch_id, lambda _index, _sink: df)
+            _deliver(query, sinks, df, batch_id, lambda _index, _sink: df)
         finally:
             if len(sinks) > 1:
                 df.unpersist()
@@ -203,7 +206,7 @@ def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode],
             per_batch.seed(root, df)
             for name in operators:  # every window runs and saves its state, even when the sinks have the batch
                 per_batch.frame(name)
-            _deliver(sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
+            _deliver(plan.name, sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
     return stream, dispatch
 
 
@@ -222,5 +225,5 @@ def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str)
         with _batch_lowering(plan, df, run_dir) as per_batch:
             for index, root in enumerate(roots):
                 per_batch.seed(root, df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"))
-            _deliver(sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
+            _deliver(plan.name, sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
     return packed, dispatch

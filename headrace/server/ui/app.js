@@ -86,8 +86,12 @@ async function listPage(main) {
 
 // -- one pipeline -------------------------------------------------------------------------------
 
-// Each step in the layer after its inputs', left to right; edges from an input's right side.
-function dagSvg(nodes, bad) {
+// Each step in the layer after its inputs', left to right; edges from an input's right side. As
+// Gearpump draws it: a step's box grows with its records per second in the last batch, an edge is
+// as wide as the rate of the step it comes from, and a failing pipeline or a slow sink is red.
+function dagSvg(nodes, bad, steps = {}) {
+  const rates = Object.values(steps).map((step) => step.records_per_second || 0);
+  const scale = (rate) => Math.log1p(rate || 0) / Math.log1p(Math.max(1, ...rates));  // 0..1
   const layer = new Map();
   const depth = (node) => {
     if (!layer.has(node.name)) {
@@ -103,23 +107,33 @@ function dagSvg(nodes, bad) {
   for (const node of nodes) {
     const column = layer.get(node.name);
     const row = rowsUsed[column] = (rowsUsed[column] ?? -1) + 1;
-    place.set(node.name, { x: 10 + column * 180, y: 10 + row * 56 });
+    place.set(node.name, { x: 10 + column * 180, y: 10 + row * 80 });
   }
   const width = 20 + 180 * (Math.max(0, ...layer.values()) + 1);
-  const height = 20 + 56 * Math.max(1, ...rowsUsed.map((r) => r + 1));
+  const height = 20 + 80 * Math.max(1, ...rowsUsed.map((r) => r + 1));
   const edges = nodes.flatMap((node) => node.inputs.filter((input) => place.has(input)).map((input) => {
     const from = place.get(input), to = place.get(node.name);
     const [x1, y1, x2, y2] = [from.x + 150, from.y + 20, to.x, to.y + 20];
-    return el("path", { class: "edge", "data-from": input, "data-to": node.name,
+    const rate = steps[input]?.records_per_second;
+    return el("path", { class: "edge", "data-from": input, "data-to": node.name, "data-rate": rate ?? "",
+                        "stroke-width": (1.5 + 6 * scale(rate)).toFixed(1),
                         d: `M${x1},${y1} C${x1 + 15},${y1} ${x2 - 15},${y2} ${x2},${y2}` });
   }));
   const boxes = nodes.map((node) => {
     const { x, y } = place.get(node.name);
-    return el("g", { class: `node${bad ? " bad" : ""}`, "data-step": node.name, transform: `translate(${x},${y})` },
-      el("title", {}, `${node.kind}${node.type ? " " + node.type : ""} (${node.defined_at})`),
-      el("rect", { width: 150, height: 40, rx: 4 }),
+    const step = steps[node.name] || {};
+    const measured = step.records_total !== undefined ? `${number(step.records_total)} records` +
+      (step.records_per_second ? `, ${number(step.records_per_second)}/s` : "") :
+      step.write_ms_last_batch !== undefined ? `writes in ${number(step.write_ms_last_batch)} ms` : "";
+    const red = bad || step.slow;
+    return el("g", { class: `node${red ? " bad" : ""}${step.slow ? " slow" : ""}`, "data-step": node.name,
+                     "data-records": step.records_total ?? "", transform: `translate(${x},${y})` },
+      el("title", {}, `${node.kind}${node.type ? " " + node.type : ""} (${node.defined_at})` +
+        (step.slow ? `: slow, its last write took ${step.write_ms_last_batch} ms` : "")),
+      el("rect", { width: 150, height: (48 + 16 * scale(step.records_per_second)).toFixed(1), rx: 4 }),
       el("text", { x: 8, y: 16 }, node.name),
-      el("text", { x: 8, y: 32, class: "quiet" }, node.type || node.kind.replaceAll("_", " ")));
+      el("text", { x: 8, y: 30, class: "quiet" }, node.type || node.kind.replaceAll("_", " ")),
+      el("text", { x: 8, y: 44, class: "quiet figures" }, measured));
   });
   return el("svg", { class: `dag${bad ? " bad" : ""}`, width, height, viewBox: `0 0 ${width} ${height}` }, edges, boxes);
 }
@@ -235,7 +249,7 @@ async function overviewTab(name, path, figures, bad, first) {
   const [plan, views, log, errors] = await Promise.all([api("GET", `${path}/dag`), api("GET", `${path}/state`),
     api("GET", `${path}/logs?lines=30`), api("GET", `${path}/exceptions`)]);
   return [
-    el("section", {}, el("h3", {}, "DAG"), dagSvg(plan.nodes, bad)),
+    el("section", {}, el("h3", {}, "DAG"), dagSvg(plan.nodes, bad, figures.steps)),
     el("section", {}, el("h3", {}, "Records per batch (recent batches)"), chart(figures.recent), phases(figures.last)),
     exceptionsTable(errors.exceptions),
     statePanel(name, views.views, first ? null : document.getElementById("state")),
