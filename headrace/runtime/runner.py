@@ -411,7 +411,7 @@ class PipelineRun:
                         self._ending = LOGGED_BATCH_ONLY
                         self._start_query()
             if end is not None and not self.stopping:
-                self._until_ended(lambda: (end_of_time.last_batch(self.checkpoint, "commits") or -1) >= end)
+                self._until_ended(lambda: self._ended_by_itself(end))
             if self.query is not None and not self.stopping and self._ended_by_itself(end):
                 last = end if end is not None else end_of_time.last_batch(self.checkpoint, "commits")
                 if last is None:
