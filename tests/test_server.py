@@ -232,7 +232,14 @@ class RootServer:
         self.process = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server"], cwd=ROOT,
                                         env=self.environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True)
-        eventually("the server", (self.state / "server.json").exists, 30)
+        try:
+            eventually("the server", lambda: (self.state / "server.json").exists() or self.process.poll() is not None,
+                       60)
+        except AssertionError:
+            self.process.kill()
+            raise
+        if self.process.poll() is not None:
+            raise AssertionError(f"headrace server ended at once: {self.process.communicate()[0]}")
         return self
 
     def __exit__(self, *exc: object) -> None:

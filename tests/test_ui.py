@@ -227,11 +227,15 @@ def test_the_dag_is_drawn_by_each_steps_rate_and_a_slow_sink_red(browser: Any, t
         orders = p.source("orders", hr.sources.Files(str(tmp_path), schema="id long, amount long"))
         orders.sink("archive", hr.sinks.Files(str(tmp_path / "out"), format="jsonl"))
         orders.filter(hr.col("amount") > 100, name="big").sink("db", hr.sinks.Postgres("big", dsn="postgresql://db/x"))
+        cents = orders.select("id", name="ids").filter(hr.col("id") > 5, name="late_ids")
+        cents.sink("ids_out", hr.sinks.Files(str(tmp_path / "ids"), format="jsonl"))
         (root / "checkpoint").mkdir(parents=True)
         record_plan(p.plan, str(root))
-        batch = {"batch": 0, "batch_ms": 4000, "step_records": {"orders": 4000, "big": 40},
-                 "sink_ms": {"db": 3000, "archive": 200}}
-        (tmp_path / "state" / "progress.jsonl").write_text(json.dumps(batch) + "\n")
+        batches = [{"batch": 0, "batch_ms": 2000, "step_records": {"orders": 1000, "big": 5, "late_ids": 990},
+                    "sink_ms": {"db": 500, "archive": 100, "ids_out": 50}},
+                   {"batch": 1, "batch_ms": 4000, "step_records": {"orders": 4000, "big": 40, "late_ids": 3990},
+                    "sink_ms": {"db": 3000, "archive": 200, "ids_out": 60}}]
+        (tmp_path / "state" / "progress.jsonl").write_text("".join(json.dumps(b) + "\n" for b in batches))
 
         page = browser.new_page()
         problems: list[str] = []
@@ -241,7 +245,7 @@ def test_the_dag_is_drawn_by_each_steps_rate_and_a_slow_sink_red(browser: Any, t
         expect(db).to_have_class("node bad slow", timeout=30_000)
         expect(db.locator("title")).to_contain_text("slow, its last write took 3000 ms")
         expect(page.locator("svg.dag .node[data-step=archive]")).to_have_class("node")
-        expect(page.locator("svg.dag .node[data-step=orders]")).to_contain_text("4,000 records, 1,000/s")
+        expect(page.locator("svg.dag .node[data-step=orders]")).to_contain_text("5,000 records, 1,000/s")
 
         def height(step: str) -> float:
             return float(page.locator(f"svg.dag .node[data-step={step}] rect").get_attribute("height") or 0)
@@ -252,6 +256,28 @@ def test_the_dag_is_drawn_by_each_steps_rate_and_a_slow_sink_red(browser: Any, t
 
         assert height("orders") > height("big") > height("db")  # 1,000/s, 10/s, none counted
         assert width("orders", "big") > width("big", "db")
+
+        # A click on a step opens its drawer: what the plan says of it and its figures, kept as the page refreshes.
+        page.locator("svg.dag .node[data-step=big]").click()
+        drawer = page.locator("aside#drawer[data-step=big]")
+        expect(drawer.locator("tr[data-field=records_total] td")).to_have_text("45")
+        expect(drawer.locator("tr[data-field=records_last_batch] td")).to_have_text("40")
+        expect(drawer.locator("tr[data-field=records_per_second] td")).to_have_text("10")
+        expect(drawer.locator("tr[data-field=inputs] td")).to_have_text("orders")
+        expect(drawer.locator("tr[data-field=read_by] td")).to_have_text("db")
+        expect(drawer.locator("#step-records-chart polyline")).to_have_count(1)
+        assert len(drawer.locator("#step-records-chart polyline").get_attribute("points").split()) == 2
+        page.wait_for_timeout(1500)  # a refresh or more later
+        expect(page.locator("svg.dag .node[data-step=big]")).to_have_class("node open")
+        page.locator("svg.dag .node[data-step=db]").click()  # a sink: its write times
+        drawer = page.locator("aside#drawer[data-step=db]")
+        expect(drawer.locator("tr[data-field=write_seconds_total] td")).to_have_text("3.5 s")
+        expect(drawer.locator("tr[data-field=write_ms_last_batch] td")).to_have_text("3,000 ms")
+        expect(drawer.locator("tr[data-field=slow] td")).to_contain_text("yes")
+        page.locator("svg.dag .node[data-step=ids]").click()  # fused with its neighbours: not counted
+        expect(page.locator("aside#drawer[data-step=ids] #not-counted")).to_contain_text("not counted")
+        page.locator("#drawer-close").click()
+        expect(page.locator("aside#drawer")).to_have_count(0)
         assert problems == []
     finally:
         server.close()

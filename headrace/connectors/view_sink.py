@@ -11,14 +11,13 @@ offset log), so a replayed batch changes nothing: exactly once.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Sequence
 from typing import Any, Self
 
 from headrace.connectors.base import StepSink, check_sink_columns, column_names, missing_columns
 from headrace.connectors.view_store import KEY_SEPARATOR, ViewWriter, store_path
 from headrace.contract import Guarantee
-from headrace.environment import storage
+from headrace.environment import checkpoints
 from headrace.errors import PlanError, SinkError
 
 
@@ -103,13 +102,11 @@ class View(StepSink):
         self._open().apply(self.view, self.key, batch_id, self._watermark(batch_id), rows)
 
     def _watermark(self, batch_id: int) -> int | None:
-        """The watermark batch ``batch_id`` ran with, from the query's offset log (its second line:
-        Spark's metadata of the batch); None when the checkpoint is not known."""
+        """The watermark batch ``batch_id`` ran with, from the query's offset log; None when the
+        checkpoint is not known."""
         if not self._checkpoint:
             return None
-        text = storage.read_text(storage.join(self._checkpoint, "offsets", str(batch_id)))
-        lines = text.splitlines()
-        return int(json.loads(lines[1]).get("batchWatermarkMs", 0)) if len(lines) > 1 else None
+        return int(checkpoints.offsets_entry(self._checkpoint, batch_id)[1].get(checkpoints.WATERMARK_KEY, 0))
 
     def __repr__(self) -> str:
         return f"View(key={list(self.key)!r})"

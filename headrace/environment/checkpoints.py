@@ -64,13 +64,62 @@ def query_id(checkpoint: str) -> str:
     return new_id
 
 
+# -- Spark's offset and commit logs ----------------------------------------------------------------
+# ``<checkpoint>/offsets/<batch id>`` is written when a micro-batch is planned: a version line
+# (``v1``), a line of metadata (the watermark the batch runs with, its time, the settings it runs
+# under, among them the number of state partitions) and a line per source with its offsets.
+# ``<checkpoint>/commits/<batch id>`` is written when the batch has committed. Spark keeps the
+# files of the last batches only.
+OFFSETS, COMMITS = "offsets", "commits"
+WATERMARK_KEY = "batchWatermarkMs"
+STATE_PARTITIONS_KEY = "spark.sql.shuffle.partitions"  # in the metadata's ``conf``
+
+
+def batch_ids(checkpoint: str, log: str) -> list[int]:
+    """The batch ids the ``offsets`` or ``commits`` log has an entry for, in order ([] when none)."""
+    try:
+        return sorted(int(name) for name in storage.list_names(storage.join(checkpoint, log)) if name.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def last_batch(checkpoint: str, log: str) -> int | None:
+    """The highest batch id in the ``offsets`` or ``commits`` log, None when it is empty."""
+    return max(batch_ids(checkpoint, log), default=None)
+
+
 def has_batches(checkpoint: str) -> bool:
     """Whether Spark has logged a micro-batch's offsets there: from then on the checkpoint
     holds offsets (and state) that only a compatible plan can continue."""
+    return bool(batch_ids(checkpoint, OFFSETS))
+
+
+def offsets_entry(checkpoint: str, batch: int) -> tuple[list[str], dict[str, Any]]:
+    """Batch ``batch``'s offset log entry: its lines, and its metadata parsed. FileNotFoundError
+    when there is none; ValueError when it is not a version line followed by a metadata object."""
+    lines = storage.read_text(storage.join(checkpoint, OFFSETS, str(batch))).splitlines()
     try:
-        return any(name.isdigit() for name in storage.list_names(storage.join(checkpoint, "offsets")))
-    except FileNotFoundError:
-        return False
+        metadata = json.loads(lines[1])
+    except IndexError:
+        raise ValueError("no metadata line") from None
+    if not (lines[0].startswith("v") and isinstance(metadata, dict)):
+        raise ValueError("not a version line followed by a metadata object")
+    return lines, metadata
+
+
+def batch_metadata(checkpoint: str, batch: int) -> dict[str, Any]:
+    """Batch ``batch``'s metadata in the offset log; {} when its entry is gone (Spark dropped it) or
+    not of that shape."""
+    try:
+        return offsets_entry(checkpoint, batch)[1]
+    except (OSError, ValueError):
+        return {}
+
+
+def state_partitions_of(metadata: dict[str, Any]) -> int | None:
+    """The number of state partitions a batch ran with, from its metadata; None when not there."""
+    partitions = str((metadata.get("conf") or {}).get(STATE_PARTITIONS_KEY))
+    return int(partitions) if partitions.isdigit() else None
 
 
 def read_plan(root: str) -> dict[str, Any] | None:

@@ -23,25 +23,16 @@ from typing import Any
 
 from headrace.contract import END_OF_INPUT_MS, FLUSH_TIME_MS
 from headrace.environment import storage
+from headrace.environment.checkpoints import COMMITS, OFFSETS, WATERMARK_KEY, last_batch, offsets_entry
 from headrace.errors import HeadraceError, IncompatibleCheckpoint
 
 DRAINED_FILE = "drained.json"
-WATERMARK_KEY = "batchWatermarkMs"
-
-
-def last_batch(checkpoint: str, log: str) -> int | None:
-    """The highest batch id in the checkpoint's ``offsets`` or ``commits`` log, None when it is empty."""
-    try:
-        ids = [int(name) for name in storage.list_names(storage.join(checkpoint, log)) if name.isdigit()]
-    except FileNotFoundError:
-        return None
-    return max(ids, default=None)
 
 
 def pending_end(checkpoint: str) -> int | None:
     """The batch id of a logged end-of-time batch that has not committed yet (a drain that was
     interrupted: its next start runs that batch), else None."""
-    planned, committed = last_batch(checkpoint, "offsets"), last_batch(checkpoint, "commits")
+    planned, committed = last_batch(checkpoint, OFFSETS), last_batch(checkpoint, COMMITS)
     if planned is None or (committed is not None and committed >= planned):
         return None
     metadata = _entry(checkpoint, planned)[1]
@@ -52,29 +43,28 @@ def log_end(checkpoint: str) -> int | None:
     """Log the end-of-time batch after the last committed one and return its id; None when no
     batch has committed (there is nothing to end). A batch planned and not committed must not
     be there: the query that ends cleanly commits every batch it plans."""
-    committed = last_batch(checkpoint, "commits")
+    committed = last_batch(checkpoint, COMMITS)
     if committed is None:
         return None
-    planned = last_batch(checkpoint, "offsets")
+    planned = last_batch(checkpoint, OFFSETS)
     if planned != committed:
         raise HeadraceError(f"cannot end the checkpoint {checkpoint}: its batch {planned} was planned and not "
                             f"committed; run the pipeline once more, then drain it")
     lines, metadata = _entry(checkpoint, committed)
     metadata[WATERMARK_KEY] = FLUSH_TIME_MS
     lines[1] = json.dumps(metadata, separators=(",", ":"))
-    storage.write_text(storage.join(checkpoint, "offsets", str(committed + 1)), "\n".join(lines))
+    storage.write_text(storage.join(checkpoint, OFFSETS, str(committed + 1)), "\n".join(lines))
     return committed + 1
 
 
 def _entry(checkpoint: str, batch: int) -> tuple[list[str], dict[str, Any]]:
     """An offset log entry's lines, and its metadata parsed; refused when it is not as documented."""
-    path = storage.join(checkpoint, "offsets", str(batch))
-    lines = storage.read_text(path).splitlines()
     try:
-        metadata = json.loads(lines[1])
-        if not (lines[0].startswith("v") and isinstance(metadata, dict) and WATERMARK_KEY in metadata):
+        lines, metadata = offsets_entry(checkpoint, batch)
+        if WATERMARK_KEY not in metadata:
             raise ValueError("no watermark")
-    except (IndexError, ValueError):
+    except ValueError:
+        path = storage.join(checkpoint, OFFSETS, str(batch))
         raise HeadraceError(f"cannot drain: Spark's offset log entry {path} is not a version line followed by "
                             f"metadata with {WATERMARK_KEY}") from None
     return lines, metadata

@@ -10,12 +10,11 @@ new number of parallel state tasks.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from typing import Any
 
-from headrace.environment import storage
+from headrace.environment import checkpoints, storage
 from headrace.environment.checkpoints import has_batches
 from headrace.environment.session import get_session
 from headrace.errors import HeadraceError
@@ -26,38 +25,24 @@ def state_partitions(checkpoint: str) -> int | None:
     """The number of state partitions of a checkpoint's latest batch (Spark records it in the
     batch's offset-log entry), or None before the first batch. The checkpoint may be on HDFS
     or S3 (``headrace/environment/storage.py``)."""
-    offsets = storage.join(checkpoint, "offsets")
-    try:
-        batches = sorted((int(name) for name in storage.list_names(offsets) if name.isdigit()), reverse=True)
-    except FileNotFoundError:
-        return None
-    if not batches:
-        return None
-    metadata = json.loads(storage.read_text(storage.join(offsets, str(batches[0]))).splitlines()[1])
-    return int(metadata["conf"]["spark.sql.shuffle.partitions"])
+    last = checkpoints.last_batch(checkpoint, checkpoints.OFFSETS)
+    return None if last is None else checkpoints.state_partitions_of(checkpoints.offsets_entry(checkpoint, last)[1])
 
 
 def _has_state(checkpoint: str) -> bool:
     return storage.is_dir(storage.join(checkpoint, "state"))
 
 
-def _batch_ids(checkpoint: str, log: str) -> list[int]:
-    try:
-        return sorted(int(name) for name in storage.list_names(storage.join(checkpoint, log)) if name.isdigit())
-    except FileNotFoundError:
-        return []
-
-
 def unfinished_rescale(checkpoint: str) -> tuple[int, int] | None:
     """The numbers of partitions before and after a rescale that started and did not finish (its
     batch is in the offset log, not in the commit log, and changed the number), or None."""
-    offsets, commits = _batch_ids(checkpoint, "offsets"), _batch_ids(checkpoint, "commits")
+    offsets = checkpoints.batch_ids(checkpoint, checkpoints.OFFSETS)
+    commits = checkpoints.batch_ids(checkpoint, checkpoints.COMMITS)
     if len(offsets) < 2 or (commits and commits[-1] >= offsets[-1]):
         return None
-    last, before = (json.loads(storage.read_text(storage.join(checkpoint, "offsets", str(batch)))
-                               .splitlines()[1])["conf"]["spark.sql.shuffle.partitions"]
+    last, before = (checkpoints.state_partitions_of(checkpoints.offsets_entry(checkpoint, batch)[1])
                     for batch in offsets[-1:-3:-1])
-    return (int(before), int(last)) if last != before else None
+    return (before, last) if last != before and last is not None and before is not None else None
 
 
 def backup_dir(checkpoint: str) -> str:

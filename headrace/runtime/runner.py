@@ -413,7 +413,7 @@ class PipelineRun:
             if end is not None and not self.stopping:
                 self._until_ended(lambda: self._ended_by_itself(end))
             if self.query is not None and not self.stopping and self._ended_by_itself(end):
-                last = end if end is not None else end_of_time.last_batch(self.checkpoint, "commits")
+                last = end if end is not None else checkpoints.last_batch(self.checkpoint, checkpoints.COMMITS)
                 if last is None:
                     self.stop_reason = "nothing to drain: no batch has run"
                 else:
@@ -442,7 +442,7 @@ class PipelineRun:
         """Whether the drain's query got to its end: its logged end committed, or (none logged)
         the query stopped without an error."""
         if end is not None:
-            return (end_of_time.last_batch(self.checkpoint, "commits") or -1) >= end
+            return (checkpoints.last_batch(self.checkpoint, checkpoints.COMMITS) or -1) >= end
         return not self.query.isActive and self.query.exception() is None
 
     def _finish(self) -> None:

@@ -12,16 +12,15 @@ are counted but not listed.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+from headrace.environment.checkpoints import COMMITS, WATERMARK_KEY, batch_ids, batch_metadata, state_partitions_of
 from headrace.server.pipeline_dirs import pipeline_roots
 from headrace.server.registry import Entry
 from headrace.server.views import watermark_text
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
-STATE_PARTITIONS = "spark.sql.shuffle.partitions"  # Spark's number of state partitions, in each offsets entry
 
 
 def checkpoint_dir(entry: Entry) -> str | None:
@@ -35,7 +34,7 @@ def checkpoints(entry: Entry, reports: list[dict[str, Any]], limit: int) -> dict
     size on disk and its stateful operators as the last report gives them; ``reports``: the
     progress file's figures of the recent batches."""
     checkpoint = checkpoint_dir(entry)
-    committed = batch_ids(os.path.join(checkpoint, "commits")) if checkpoint else []
+    committed = batch_ids(checkpoint, COMMITS) if checkpoint else []
     by_batch = {report["batch"]: report for report in reports}
     last_report = by_batch[max(by_batch)] if by_batch else {}
     return {
@@ -49,14 +48,6 @@ def checkpoints(entry: Entry, reports: list[dict[str, Any]], limit: int) -> dict
         "batches": [_batch(checkpoint, batch, by_batch.get(batch, {})) for batch in committed[::-1][:limit]]
         if checkpoint else [],
     }
-
-
-def batch_ids(folder: str) -> list[int]:
-    """The batch ids a log folder of Spark's (``commits/``, ``offsets/``) has a file for, in order."""
-    try:
-        return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
-    except FileNotFoundError:
-        return []
 
 
 def disk_usage(folder: str) -> int:
@@ -74,25 +65,12 @@ def disk_usage(folder: str) -> int:
 
 def _batch(checkpoint: str, batch: int, report: dict[str, Any]) -> dict[str, Any]:
     try:
-        committed_at: float | None = round(os.path.getmtime(os.path.join(checkpoint, "commits", str(batch))), 3)
+        committed_at: float | None = round(os.path.getmtime(os.path.join(checkpoint, COMMITS, str(batch))), 3)
     except FileNotFoundError:  # Spark dropped it meanwhile (it keeps the last batches' files only)
         committed_at = None
-    metadata = _offsets_metadata(os.path.join(checkpoint, "offsets", str(batch)))
-    watermark_ms = metadata.get("batchWatermarkMs")
-    partitions = str((metadata.get("conf") or {}).get(STATE_PARTITIONS))
+    metadata = batch_metadata(checkpoint, batch)
+    watermark_ms = metadata.get(WATERMARK_KEY)
     return {"batch": batch, "committed_at": committed_at, "duration_ms": report.get("batch_ms"),
             "input_rows": report.get("input_rows"), "watermark_ms": watermark_ms,
             "watermark": watermark_text(watermark_ms),
-            "state_partitions": int(partitions) if partitions.isdigit() else None}
-
-
-def _offsets_metadata(path: str) -> dict[str, Any]:
-    """The metadata line of an offsets entry (``v1``, then the batch's watermark, time and
-    settings, then each source's offset); {} when it is gone or not of that shape."""
-    try:
-        with open(path, encoding="utf-8") as entry:
-            lines = entry.read().splitlines()
-        metadata = json.loads(lines[1])
-    except (OSError, IndexError, ValueError):
-        return {}
-    return metadata if isinstance(metadata, dict) else {}
+            "state_partitions": state_partitions_of(metadata)}

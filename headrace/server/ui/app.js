@@ -126,8 +126,9 @@ function dagSvg(nodes, bad, steps = {}) {
       (step.records_per_second ? `, ${number(step.records_per_second)}/s` : "") :
       step.write_ms_last_batch !== undefined ? `writes in ${number(step.write_ms_last_batch)} ms` : "";
     const red = bad || step.slow;
-    return el("g", { class: `node${red ? " bad" : ""}${step.slow ? " slow" : ""}`, "data-step": node.name,
-                     "data-records": step.records_total ?? "", transform: `translate(${x},${y})` },
+    return el("g", { class: `node${red ? " bad" : ""}${step.slow ? " slow" : ""}${node.name === openStep ? " open" : ""}`,
+                     "data-step": node.name, "data-records": step.records_total ?? "", transform: `translate(${x},${y})`,
+                     onclick: () => { openStep = openStep === node.name ? null : node.name; render(); } },
       el("title", {}, `${node.kind}${node.type ? " " + node.type : ""} (${node.defined_at})` +
         (step.slow ? `: slow, its last write took ${step.write_ms_last_batch} ms` : "")),
       el("rect", { width: 150, height: (48 + 16 * scale(step.records_per_second)).toFixed(1), rx: 4 }),
@@ -138,13 +139,50 @@ function dagSvg(nodes, bad, steps = {}) {
   return el("svg", { class: `dag${bad ? " bad" : ""}`, width, height, viewBox: `0 0 ${width} ${height}` }, edges, boxes);
 }
 
-// The recent batches' input records, as a line.
-function chart(recent) {
-  const values = recent.map((batch) => batch.input_rows || 0);
+// Values of the recent batches, as a line.
+function chart(values, id = "chart", width = 500) {
   const top = Math.max(1, ...values);
-  const points = values.map((value, i) => `${5 + i * 4},${65 - (60 * value) / top}`).join(" ");
-  return el("svg", { class: "chart", width: 500, height: 70, id: "chart" },
+  const step = values.length > 1 ? (width - 10) / Math.max(values.length - 1, 1) : 0;
+  const points = values.map((value, i) => `${5 + i * Math.min(4, step)},${65 - (60 * value) / top}`).join(" ");
+  return el("svg", { class: "chart", width, height: 70, id },
     el("polyline", { points, fill: "none", stroke: "#3d6fb6", "stroke-width": 2 }));
+}
+
+// -- the drawer of one step: what the plan says of it and its figures -------------------------------
+
+let openStep = null;  // the step whose drawer is open: a click on its box opens it, another closes it
+
+// A step's figure in each recent batch that has it (``step_records`` or ``sink_ms``).
+const series = (recent, key, name) => recent.map((batch) => (batch[key] || {})[name]).filter((v) => typeof v === "number");
+
+function stepDrawer(nodes, steps, recent) {
+  const node = nodes.find((n) => n.name === openStep);
+  if (!node) return [];
+  const step = steps[node.name] || {};
+  const readBy = nodes.filter((n) => n.inputs.includes(node.name)).map((n) => n.name);
+  const counted = step.records_total !== undefined, sink = step.write_seconds_total !== undefined;
+  const fields = [
+    ["kind", "kind", node.type ? `${node.kind.replaceAll("_", " ")} (${node.type})` : node.kind.replaceAll("_", " ")],
+    ["defined_at", "defined at", node.defined_at], ["inputs", "reads", node.inputs.join(", ") || "–"],
+    ["read_by", "read by", readBy.join(", ") || "–"], ["keys", "keys", (node.keys || []).join(", ") || "–"],
+    ["event_time", "event time", node.event_time],
+    ...(counted ? [["records_total", "records", number(step.records_total)],
+                   ["records_last_batch", "records in the last batch", number(step.records_last_batch)],
+                   ["records_per_second", "records/s in the last batch", number(step.records_per_second, 1)]] : []),
+    ...(sink ? [["write_seconds_total", "write time in all", `${number(step.write_seconds_total, 1)} s`],
+                ["write_ms_last_batch", "write time of the last batch", `${number(step.write_ms_last_batch)} ms`],
+                ["slow", "slow", step.slow ? "yes: its write took more than half of the last batch" : "no"]] : []),
+  ];
+  const records = series(recent, "step_records", node.name), writes = series(recent, "sink_ms", node.name);
+  return [el("aside", { id: "drawer", "data-step": node.name },
+    el("h3", {}, node.name, " ", el("button", { id: "drawer-close", title: "close",
+                                                onclick: () => { openStep = null; render(); } }, "×")),
+    fieldsTable("step-fields", fields),
+    records.length ? [el("p", { class: "quiet" }, "records per batch"), chart(records, "step-records-chart", 300)] : [],
+    writes.length ? [el("p", { class: "quiet" }, "write ms per batch"), chart(writes, "step-writes-chart", 300)] : [],
+    counted || sink || node.kind === "sink" ? [] :
+      el("p", { class: "quiet", id: "not-counted" }, "Its records are not counted: Spark runs it fused with the steps " +
+        "around it, and counting it would cost throughput (docs/control-plane.md)."))];
 }
 
 // When the last batch ended less its watermark (none past the end of a bounded input).
@@ -250,7 +288,9 @@ async function overviewTab(name, path, figures, bad, first) {
     api("GET", `${path}/logs?lines=30`), api("GET", `${path}/exceptions`)]);
   return [
     el("section", {}, el("h3", {}, "DAG"), dagSvg(plan.nodes, bad, figures.steps)),
-    el("section", {}, el("h3", {}, "Records per batch (recent batches)"), chart(figures.recent), phases(figures.last)),
+    ...stepDrawer(plan.nodes, figures.steps, figures.recent),
+    el("section", {}, el("h3", {}, "Records per batch (recent batches)"),
+      chart(figures.recent.map((batch) => batch.input_rows || 0)), phases(figures.last)),
     exceptionsTable(errors.exceptions),
     statePanel(name, views.views, first ? null : document.getElementById("state")),
     el("section", {}, el("h3", {}, "Driver log"), el("pre", { id: "log" }, log || "(empty)")),
