@@ -47,6 +47,7 @@ LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropp
 CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
 REPEAT_METRIC_PREFIX = "hr_repeat_"  # + source: rows Spark counted again, the query scanning it per branch
 STEP_METRIC_PREFIX = "hr_step_"  # + step: the records a step of the query handed on (control rows not counted)
+RECORDS_FIELD = "records"  # the field of a step's (or a source's) records in its observed metric
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
 # 9999-12-31: raises the watermark past every real window at the end of a bounded input.
 FLUSH_TIME_MS = 253_402_214_400_000
@@ -110,6 +111,9 @@ class SourceContext:
     control_read: bool = True
     fields_read: frozenset[str] | None = None
     probe_fields: bool = False
+    # a pipeline with several sources: the source counts its records (rows that are not control
+    # rows) in the observed metric it keeps anyway (``count_dead_letters``)
+    count_records: bool = False
 
     def options(self) -> dict[str, str]:
         return {"hr_run_dir": self.run_dir, "hr_source": self.source_name}

@@ -100,3 +100,35 @@ def test_each_steps_records_are_counted_exactly_as_python_counts_them(spark, tmp
     busy = sum(1 for n in per_window.values() if n > 1)
     assert dict(counted) == {"src": 33, "per_10s": len(per_window), "busy": busy}
     assert result.dead_letters == 3 and result.late_rows_dropped == 0
+
+
+def test_each_source_of_a_pipeline_with_several_counts_its_records(spark, tmp_path):
+    """With several sources, each one counts its records beside what it counts anyway: Spark's file
+    source beside its dead letters, headrace's Python reader of files the same, the test kit's source
+    beside its control rows (a watermark step is none of its records). A bad line is a record the
+    source read (it goes to the dead letters), as the input rows of a single source count it."""
+    bids_in, auctions_in = tmp_path / "bids", tmp_path / "auctions"
+    bids_in.mkdir()
+    auctions_in.mkdir()
+    for part in range(2):
+        lines = [json.dumps({"id": part * 10 + i, "t": 1_000 * i}) for i in range(10)] + ["not a bid"]
+        write_in_order(bids_in / f"{part}.jsonl", "\n".join(lines) + "\n", part)
+    write_in_order(auctions_in / "0.jsonl", "\n".join([json.dumps({"id": i}) for i in range(4)] + ["{"]) + "\n", 0)
+    p = hr.Pipeline("source_counts")
+    bids = p.source("bids", hr.sources.Files(str(bids_in), schema={"id": "long", "t": "timestamp"}, bounded=True,
+                                             max_files_per_batch=1), event_time="t")
+    bids.key_by("id").window(hr.Tumbling("10s"), name="per_10s").aggregate(n=hr.count()).sink("w", hr.sinks.Null())
+    auctions = p.source("auctions", hr.sources.Files(str(auctions_in), schema={"id": "long"}, bounded=True,
+                                                     reader="python"))
+    auctions.sink("a", hr.sinks.Null())
+    ticks = p.source("ticks", TestSource([[{"n": 0}, {"n": 1}, {"n": 2}], Watermark(5_000), [{"n": 3}]],
+                                         schema={"n": "long"}))
+    ticks.sink("t", hr.sinks.Null())
+    run = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start()
+    result = run.wait()
+
+    counted: Counter[str] = Counter()
+    for figures in run.batches.figures:
+        counted.update(figures["step_records"])
+    assert (counted["bids"], counted["auctions"], counted["ticks"]) == (22, 5, 4)
+    assert result.input_rows == 22 + 5 + 4 and result.dead_letters == 3

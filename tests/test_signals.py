@@ -106,18 +106,20 @@ def continue_to_the_end(folder: Path) -> None:
     assert exact_output(folder)
 
 
-# While Python starts (1 s), while Spark starts (3 s), while batches run (5 s, as Ctrl-C).
-@pytest.mark.parametrize("sig, seconds", [(signal.SIGTERM, 1), (signal.SIGTERM, 3), (signal.SIGINT, 5)],
-                         ids=["SIGTERM-1s", "SIGTERM-3s", "Ctrl-C-5s"])
-def test_a_signal_at_any_moment_stops_cleanly_and_the_next_run_continues(tmp_path, sig, seconds):
-    run = Run(tmp_path)
-    signalled = run.signal_after(seconds, sig)
-    rc, result, err = run.finish(timeout=30)
-    assert time.time() - signalled < 30
-    assert rc == 0, err[-3000:]
-    assert result["stopped_by"] == f"signal {sig.name}"
-    assert result["batches"] < STEPS
-    assert all(not line.startswith(("Traceback", "headrace:")) for line in err.splitlines()), err[-3000:]
+def test_a_signal_at_any_moment_stops_cleanly_and_the_next_run_continues(tmp_path):
+    """One run after another on the same checkpoint, each stopped by a signal at another moment:
+    while Python starts (SIGTERM at 1 s), while Spark starts (SIGTERM at 3 s), while batches run
+    (Ctrl-C at 5 s); then a run to the end gives exactly the uninterrupted output."""
+    for sig, seconds in [(signal.SIGTERM, 1), (signal.SIGTERM, 3), (signal.SIGINT, 5)]:
+        moment = f"{sig.name} at {seconds} s"
+        run = Run(tmp_path)
+        signalled = run.signal_after(seconds, sig)
+        rc, result, err = run.finish(timeout=30)
+        assert time.time() - signalled < 30, moment
+        assert rc == 0, (moment, err[-3000:])
+        assert result["stopped_by"] == f"signal {sig.name}", moment
+        assert result["batches"] < STEPS, moment
+        assert all(not line.startswith(("Traceback", "headrace:")) for line in err.splitlines()), (moment, err[-3000:])
     continue_to_the_end(tmp_path)
 
 

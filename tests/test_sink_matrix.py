@@ -45,7 +45,7 @@ from headrace.testing import TestSink
 DRIVER = Path(__file__).resolve().parent / "sink_matrix_driver.py"
 KAFKA = "127.0.0.1:9092"
 START_MS = 1_700_000_040_000  # a minute boundary
-FILES, PER_FILE = 4, 60
+FILES, PER_FILE = 3, 80  # batch 2 (PAUSE_AT), the last file, is where the killed runs stop
 USERS = 4
 BAD = [f"not json {n}" for n in range(FILES)]
 

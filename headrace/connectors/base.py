@@ -22,6 +22,7 @@ from headrace.contract import (
     DEAD_LETTER_METRIC_PREFIX,
     FLUSH_TIME_MS,
     FLUSHED,
+    RECORDS_FIELD,
     Guarantee,
     SinkConnector,
     SourceConnector,
@@ -36,16 +37,28 @@ __all__ = ["CONTROL_COLUMN", "DEAD_COLUMNS", "FLUSH_TIME_MS", "Guarantee", "Sink
            "missing_columns", "redact_dsn", "run_batch", "spark_schema", "stop_requested"]
 
 
-def count_dead_letters(frame: Any, source: str, is_dead: Any, control: Any = None) -> Any:
+def count_dead_letters(frame: Any, source: str, is_dead: Any, control: Any = None, records: Any = None) -> Any:
     """``frame`` with the rows where the column ``is_dead`` holds counted as ``source``'s dead
-    letters, in the observed metric progress reads (``headrace/runtime/progress.py``), and the
-    non-null values of ``control`` (when given) as its control rows."""
+    letters, in the observed metric progress reads (``headrace/runtime/progress.py``), the
+    non-null values of ``control`` (when given) as its control rows, and ``records`` (a
+    ``record_count``, when given) beside them."""
     from pyspark.sql import functions as F
 
     counts = [F.count(F.when(is_dead, 1)).alias("dead_letters")]
     if control is not None:
         counts.append(F.count(control).alias("control_rows"))
+    if records is not None:
+        counts.append(records)
     return frame.observe(f"{DEAD_LETTER_METRIC_PREFIX}{source}", *counts)
+
+
+def record_count(control: Any = None) -> Any:
+    """The aggregate that counts a source's records in its observed metric: its rows but the
+    control rows (those where ``control``, when given, holds a value). Dead letters are records
+    the source read, as a single source's input rows count them."""
+    from pyspark.sql import functions as F
+
+    return (F.count(F.lit(1)) if control is None else F.count(F.when(control.isNull(), 1))).alias(RECORDS_FIELD)
 
 
 def run_batch(df: Any) -> None:

@@ -46,7 +46,7 @@ import zlib
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from headrace.connectors.base import count_dead_letters, mark_exhausted, write_atomically
+from headrace.connectors.base import count_dead_letters, mark_exhausted, record_count, write_atomically
 from headrace.contract import CONTROL_COLUMN, CONTROL_METRIC_PREFIX, DEAD_COLUMNS, FLUSH_TIME_MS, SourceContext
 from headrace.environment.state_paths import is_remote, local_path
 from headrace.errors import SourceError
@@ -175,7 +175,8 @@ def _with_dead_letters(frame: Any, context: SourceContext, path: str, format: st
         columns.append(column.alias(name))
     corrupt = F.col(CORRUPT).isNotNull()
     bad = corrupt | unreadable
-    frame = count_dead_letters(frame, source, bad, control if count_control else None)
+    frame = count_dead_letters(frame, source, bad, control if count_control else None,
+                               records=record_count(control) if context.count_records else None)
     raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[F.col(f"`{n}`") for n, _ in schema])))
     error = F.when(corrupt, F.lit(f"the line is not a {'JSON object' if format == 'jsonl' else 'CSV row'} of the "
                                   f"schema {to_ddl(schema)}")).otherwise(F.lit("a timestamp or date that is neither "

@@ -25,6 +25,7 @@ from headrace.contract import (
     CONTROL_METRIC_PREFIX,
     DEAD_LETTER_METRIC_PREFIX,
     LATE_METRIC_PREFIX,
+    RECORDS_FIELD,
     REPEAT_METRIC_PREFIX,
     STEP_METRIC_PREFIX,
     flush_rows,
@@ -122,14 +123,21 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_records(progress: dict[str, Any]) -> dict[str, int]:
-    """The records each counted step handed on in the batch (``headrace/spark/step_counts.py``).
+    """The records each counted step handed on in the batch (``headrace/spark/step_counts.py``),
+    and those each source read in a pipeline with several, in its step metric or beside its dead
+    letters or control rows.
 
-    >>> step_records({"observedMetrics": {"hr_step_parse": {"records": 7}, "hr_late_w": {"late_dropped": 1}}})
-    {'parse': 7}
+    >>> step_records({"observedMetrics": {"hr_step_parse": {"records": 7}, "hr_late_w": {"late_dropped": 1},
+    ...                                   "hr_dead_letters_bids": {"dead_letters": 1, "records": 9}}})
+    {'parse': 7, 'bids': 9}
     """
     observed = progress.get("observedMetrics") or {}
-    return {name[len(STEP_METRIC_PREFIX):]: int(row.get("records") or 0)
-            for name, row in observed.items() if name.startswith(STEP_METRIC_PREFIX) and row}
+    counted = {}
+    for name, row in observed.items():
+        for prefix in (STEP_METRIC_PREFIX, DEAD_LETTER_METRIC_PREFIX, CONTROL_METRIC_PREFIX):
+            if name.startswith(prefix) and row and RECORDS_FIELD in row:
+                counted[name[len(prefix):]] = int(row[RECORDS_FIELD] or 0)
+    return counted
 
 
 class BatchLog:

@@ -18,8 +18,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from headrace.code_locations import function_label
-from headrace.connectors.base import count_dead_letters
-from headrace.contract import CONTROL_COLUMN, CONTROL_METRIC_PREFIX, DEAD_COLUMNS, REPEAT_METRIC_PREFIX, SourceContext
+from headrace.connectors.base import count_dead_letters, record_count
+from headrace.contract import (
+    CONTROL_COLUMN,
+    CONTROL_METRIC_PREFIX,
+    DEAD_COLUMNS,
+    REPEAT_METRIC_PREFIX,
+    STEP_METRIC_PREFIX,
+    SourceContext,
+)
 from headrace.plan.nodes import (
     RESULT_TIME,
     DeadLettersNode,
@@ -63,8 +70,9 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
     """The source's good rows. A source with dead letters also leaves its raw rows (what the
     dead letters read) and its observed raw stream (where a query can stop, to split the
     good rows from the dead letters in each micro-batch) in the compilation."""
+    count_records = len(lowering.plan.sources()) > 1  # one source's records are the query's input rows
     context = SourceContext(lowering.run_dir, node.name, lowering.query_checkpoint, lowering.needs_control(node.name),
-                            lowering.fields_read.get(node.name), lowering.probe_fields)
+                            lowering.fields_read.get(node.name), lowering.probe_fields, count_records)
     os.makedirs(lowering.run_dir, exist_ok=True)
     node.connector.prepare(context)
     raw = node.connector.read_stream(lowering.spark, context)
@@ -72,12 +80,20 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
     if repeats > 0:  # Spark counts the rows of each scan; progress takes the repeats off
         raw = raw.observe(f"{REPEAT_METRIC_PREFIX}{node.name}", (F.count(F.lit(1)) * repeats).alias("repeated_rows"))
     df = raw
+    # A source's records, with several sources, go in the observed metric it has anyway (its dead
+    # letters', else its control rows'), or else in one of their own (headrace/spark/step_counts.py).
+    control = F.col(CONTROL_COLUMN) if CONTROL_COLUMN in raw.columns else None
+    records_here = count_records and not node.connector.emits_dead_letters
     if node.connector.other_control_rows:  # see headrace.connectors.base: progress takes control rows off
-        df = raw.observe(f"{CONTROL_METRIC_PREFIX}{node.name}", F.count(F.col(CONTROL_COLUMN)).alias("control_rows"))
+        df = raw.observe(f"{CONTROL_METRIC_PREFIX}{node.name}", F.count(F.col(CONTROL_COLUMN)).alias("control_rows"),
+                         *([record_count(control)] if records_here else []))
+    elif records_here:
+        df = raw.observe(f"{STEP_METRIC_PREFIX}{node.name}", record_count(control))
     if node.connector.emits_dead_letters:
         lowering.raw_sources[node.name] = raw
-        if not node.connector.counts_dead_letters:
-            df = count_dead_letters(df, node.name, F.col(DEAD_COLUMNS[1]).isNotNull())
+        if not node.connector.counts_dead_letters:  # (one that does counted its records too, told by the context)
+            df = count_dead_letters(df, node.name, F.col(DEAD_COLUMNS[1]).isNotNull(),
+                                    records=record_count(control) if count_records else None)
         lowering.observed_sources[node.name] = df
     return good_rows(node, df, lowering)
 

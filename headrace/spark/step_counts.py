@@ -10,7 +10,11 @@ partial aggregate before a shuffle) it cuts that code in two. Counted on every s
 alone still 6 % (0.91; docs/performance.md). So the steps counted are those whose output is
 small or already leaves generated code: each stateful step (Spark's stateful operators are not
 generated code) and each step only sinks read (the top of the query). A source's records are
-Spark's count of what it read, for a pipeline with one source (``headrace/runtime/runner.py``).
+Spark's count of what it read, for a pipeline with one source (``headrace/runtime/runner.py``);
+with several, each source counts them in the observed metric it keeps anyway (of its dead
+letters or its control rows: one more aggregate in a node that is there already), or in one of
+its own when it keeps none (``headrace/spark/stateless.py``). A source's records include the
+lines it sends to the dead letters, as the input rows of a single source do.
 
 Control rows (watermark moves, the end-of-input flush) are not records and are not counted. Not
 counted: the stateless steps between those above, static tables, sinks (a sink's records are
@@ -25,13 +29,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from headrace.contract import CONTROL_COLUMN, STEP_METRIC_PREFIX
+from headrace.contract import CONTROL_COLUMN, RECORDS_FIELD, STEP_METRIC_PREFIX
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node, OperatorNode, PortNode, SinkNode, SourceNode, TableNode
 from headrace.spark.specs import spec_of
 
 NOT_COUNTED = (SinkNode, TableNode, OperatorNode, PortNode)
-RECORDS = "records"
 
 
 def counted(plan: Plan, node: Node) -> bool:
@@ -46,4 +49,4 @@ def count_records(df: DataFrame, node: Node) -> DataFrame:
     """``df`` with its records counted under the step's metric."""
     records = (F.count(F.when(F.col(CONTROL_COLUMN).isNull(), 1)) if CONTROL_COLUMN in df.columns
                else F.count(F.lit(1)))
-    return df.observe(f"{STEP_METRIC_PREFIX}{node.name}", records.alias(RECORDS))
+    return df.observe(f"{STEP_METRIC_PREFIX}{node.name}", records.alias(RECORDS_FIELD))
