@@ -66,6 +66,15 @@ def test_the_checkpoints_answer_lists_the_committed_batches_newest_first_with_th
         written += write(checkpoint / "offsets" / str(batch), offsets_entry(watermark, 4 if batch < 2 else 2))
     written += write(checkpoint / "offsets" / "3", offsets_entry(END_OF_INPUT_WATERMARK_MS, 2))  # in flight
     state = write(checkpoint / "state" / "0" / "0" / "1.changelog", "x" * 100)
+    # each operator's state by partition: a window's three partitions (the second holds nothing yet), and a
+    # join's two, its stores in folders of their own and no metadata file
+    state += write(checkpoint / "state" / "0" / "_metadata" / "metadata", 'v1\n{"operatorInfo":{"operatorId":0,'
+                   '"operatorName":"stateStoreSave"},"stateStoreInfo":[{"storeName":"default","numPartitions":3}]}')
+    state += write(checkpoint / "state" / "0" / "0" / "_metadata" / "schema", "s" * 50)  # no state: not counted
+    state += write(checkpoint / "state" / "0" / "2" / "1.changelog", "x" * 20)
+    state += write(checkpoint / "state" / "0" / "2" / "SSTs" / "1-a.sst", "x" * 380)
+    state += write(checkpoint / "state" / "1" / "0" / "left-keyToNumValues" / "1.changelog", "y" * 10)
+    state += write(checkpoint / "state" / "1" / "1" / "right-keyToNumValues" / "1.changelog", "y" * 30)
     # the driver's reports: batch 1's with its stateful operator; batch 2 committed, its report lost with its driver
     operators = [{"operatorName": "stateStoreSave", "numRowsTotal": 2, "memoryUsedBytes": 900}]
     reports = [summarise({"batchId": 0, "numInputRows": 5, "durationMs": {"triggerExecution": 300}}),
@@ -80,6 +89,9 @@ def test_the_checkpoints_answer_lists_the_committed_batches_newest_first_with_th
         "checkpoint": str(checkpoint), "committed_batches": 3, "last_committed": 2, "retained_batches": 3,
         "size_bytes": written + state, "state_size_bytes": state,
         "state_operators": [{"operator": "stateStoreSave", "rows": 2, "memory_bytes": 900}]}
+    assert answer["state_on_disk"] == [
+        {"operator_id": 0, "operator": "stateStoreSave", "partition_bytes": [100, 0, 400], "skew": 4.0},
+        {"operator_id": 1, "operator": None, "partition_bytes": [10, 30], "skew": 1.5}]
     assert answer["batches"] == [
         {"batch": 2, "committed_at": 1_700_000_102.25, "duration_ms": None, "input_rows": None,
          "watermark_ms": END_OF_INPUT_WATERMARK_MS, "watermark": "end of input", "state_partitions": 2},

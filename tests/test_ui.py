@@ -143,6 +143,16 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         read = [text for text in batches.locator("td.input-rows").all_inner_texts() if text != "–"]
         assert sum(map(int, read)) == sum(map(len, FILES))
         expect(page.locator("#checkpoint-summary tr[data-field=operator-0] td")).to_contain_text("rows")
+        # the state on disk by partition: the running sum's three partitions (rescaled), each as its folder holds
+        state = commits.parent / "state"
+        on_disk = {int(p.name): sum(f.stat().st_size for f in p.rglob("*") if f.is_file()
+                                    and "_metadata" not in f.relative_to(p).parts)
+                   for p in (state / "0").iterdir() if p.name.isdigit()}
+        bars = page.locator("#state-partitions tr[data-operator='0'] rect")
+        expect(bars).to_have_count(3)
+        assert {int(b.get_attribute("data-partition") or ""): int(b.get_attribute("data-bytes") or "")
+                for b in bars.all()} == on_disk
+        assert len(on_disk) == 3
 
         # the configuration tab: the source and the sinks, with their connectors' settings
         page.click("a[data-tab=configuration]")

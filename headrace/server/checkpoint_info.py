@@ -8,11 +8,19 @@ and the rows it read come from the driver's progress file (``progress.jsonl``, r
 before its driver was killed, or a rescale's batch, which reads no input) has neither. Spark keeps
 the files of the last 100 batches (``spark.sql.streaming.minBatchesToRetain``), so older batches
 are counted but not listed.
+
+Each stateful operator keeps its state under ``state/<operator id>/<partition>/``, a RocksDB
+store per partition whose files Spark uploads there (the changes of each batch, and snapshots).
+Their bytes on disk, partition by partition, show how evenly the keys spread: a partition far
+above the median holds hot keys (skew). Spark's ``state/<operator id>/_metadata/metadata`` names
+the operator and its number of partitions.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 from typing import Any
 
 from headrace.environment.checkpoints import COMMITS, WATERMARK_KEY, batch_ids, batch_metadata, state_partitions_of
@@ -45,9 +53,48 @@ def checkpoints(entry: Entry, reports: list[dict[str, Any]], limit: int) -> dict
         "size_bytes": disk_usage(checkpoint) if checkpoint else 0,
         "state_size_bytes": disk_usage(os.path.join(checkpoint, "state")) if checkpoint else 0,
         "state_operators": last_report.get("state_operators", []),
+        "state_on_disk": state_on_disk(os.path.join(checkpoint, "state")) if checkpoint else [],
         "batches": [_batch(checkpoint, batch, by_batch.get(batch, {})) for batch in committed[::-1][:limit]]
         if checkpoint else [],
     }
+
+
+def state_on_disk(state: str) -> list[dict[str, Any]]:
+    """Each stateful operator's state files, by operator id: Spark's name for the operator, the bytes
+    of each of its partitions (index = partition) and their skew, the largest over the median (None
+    while the median partition holds nothing)."""
+    try:
+        operators = sorted(int(name) for name in os.listdir(state) if name.isdigit())
+    except FileNotFoundError:
+        return []
+    found = []
+    for operator in operators:
+        folder = os.path.join(state, str(operator))
+        name, count = _operator_metadata(folder)
+        partitions = sorted(int(n) for n in os.listdir(folder) if n.isdigit())
+        count = max([count or 0, *(p + 1 for p in partitions)])
+        sizes = [_partition_bytes(os.path.join(folder, str(p))) for p in range(count)]
+        median = statistics.median(sizes) if sizes else 0
+        found.append({"operator_id": operator, "operator": name, "partition_bytes": sizes,
+                      "skew": round(max(sizes) / median, 2) if median else None})
+    return found
+
+
+def _operator_metadata(folder: str) -> tuple[str | None, int | None]:
+    """Spark's name for the operator and its number of partitions, from its metadata (None, None when
+    it has none, or none headrace can read)."""
+    try:
+        with open(os.path.join(folder, "_metadata", "metadata"), encoding="utf-8") as handle:
+            metadata = json.loads(handle.read().splitlines()[1])
+        stores = metadata.get("stateStoreInfo") or [{}]
+        return metadata["operatorInfo"]["operatorName"], int(stores[0]["numPartitions"])
+    except (OSError, IndexError, KeyError, TypeError, ValueError):
+        return None, None
+
+
+def _partition_bytes(folder: str) -> int:
+    """The bytes of a partition's state files, not counting the schema Spark writes beside them."""
+    return disk_usage(folder) - disk_usage(os.path.join(folder, "_metadata"))
 
 
 def disk_usage(folder: str) -> int:

@@ -321,6 +321,7 @@ async function checkpointsTab(name, path) {
   const columns = ["batch", "committed", "duration ms", "input rows", "watermark", "state partitions"];
   return [
     el("section", {}, el("h3", {}, "Checkpoint"), fieldsTable("checkpoint-summary", summary)),
+    statePartitions(info.state_on_disk),
     el("section", {}, el("h3", {}, "Committed batches, newest first"),
       info.batches.length === 0 ? el("p", { class: "quiet", id: "no-batches" }, "No batch committed yet.") :
         el("table", { id: "checkpoints" }, el("tr", {}, columns.map((title) => el("th", {}, title))),
@@ -329,6 +330,37 @@ async function checkpointsTab(name, path) {
             el("td", {}, number(batch.duration_ms)), el("td", { class: "input-rows" }, number(batch.input_rows)),
             el("td", {}, batch.watermark ?? "–"), el("td", {}, batch.state_partitions ?? "–"))))),
   ];
+}
+
+// A partition this many times the median's size holds hot keys: its operator is drawn as skewed.
+const SKEWED = 2;
+
+const median = (sorted) => sorted.length % 2 ? sorted[(sorted.length - 1) / 2] :
+  (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
+
+// Each stateful operator's state files, partition by partition, as bars: how evenly its keys spread.
+function statePartitions(operators) {
+  const bars = (sizes) => {
+    const top = Math.max(1, ...sizes);
+    return el("svg", { class: "partitions", width: 8 * sizes.length + 2, height: 24 }, sizes.map((size, i) =>
+      el("rect", { x: 1 + 8 * i, y: 23 - (22 * size) / top, width: 6, height: (22 * size) / top,
+                   "data-partition": i, "data-bytes": size }, el("title", {}, `partition ${i}: ${bytes(size)}`))));
+  };
+  return el("section", {}, el("h3", {}, "State on disk, by partition"),
+    operators.length === 0 ? el("p", { class: "quiet" }, "No state yet.") :
+      el("table", { id: "state-partitions" },
+        el("tr", {}, ["operator", "partitions", "smallest", "median", "largest", "skew", ""].map((t) => el("th", {}, t))),
+        operators.map((op) => {
+          const sorted = [...op.partition_bytes].sort((a, b) => a - b);
+          const skewed = op.skew !== null && op.skew >= SKEWED;
+          return el("tr", { "data-operator": op.operator_id, class: skewed ? "skewed" : undefined },
+            el("td", {}, `${op.operator_id} (${op.operator ?? "?"})`), el("td", {}, sorted.length),
+            el("td", {}, bytes(sorted[0])), el("td", {}, bytes(median(sorted))),
+            el("td", {}, bytes(sorted[sorted.length - 1])),
+            el("td", { class: "skew" }, op.skew === null ? "–" : skewed ? el("span", { class: "badge bad" }, `${op.skew}×`)
+              : `${op.skew}×`),
+            el("td", {}, bars(op.partition_bytes)));
+        })));
 }
 
 const setting = (value) => typeof value === "string" ? value : JSON.stringify(value);
