@@ -75,6 +75,7 @@ def test_the_checkpoints_answer_lists_the_committed_batches_newest_first_with_th
     state += write(checkpoint / "state" / "0" / "2" / "SSTs" / "1-a.sst", "x" * 380)
     state += write(checkpoint / "state" / "1" / "0" / "left-keyToNumValues" / "1.changelog", "y" * 10)
     state += write(checkpoint / "state" / "1" / "1" / "right-keyToNumValues" / "1.changelog", "y" * 30)
+    write(checkpoint.parent / "state_operators.json", '{"0": "per_minute"}\n')  # as its driver noted it
     # the driver's reports: batch 1's with its stateful operator; batch 2 committed, its report lost with its driver
     operators = [{"operatorName": "stateStoreSave", "numRowsTotal": 2, "memoryUsedBytes": 900}]
     reports = [summarise({"batchId": 0, "numInputRows": 5, "durationMs": {"triggerExecution": 300}}),
@@ -90,8 +91,9 @@ def test_the_checkpoints_answer_lists_the_committed_batches_newest_first_with_th
         "size_bytes": written + state, "state_size_bytes": state,
         "state_operators": [{"operator": "stateStoreSave", "rows": 2, "memory_bytes": 900}]}
     assert answer["state_on_disk"] == [
-        {"operator_id": 0, "operator": "stateStoreSave", "partition_bytes": [100, 0, 400], "skew": 4.0},
-        {"operator_id": 1, "operator": None, "partition_bytes": [10, 30], "skew": 1.5}]
+        {"operator_id": 0, "operator": "stateStoreSave", "step": "per_minute", "partition_bytes": [100, 0, 400],
+         "skew": 4.0},
+        {"operator_id": 1, "operator": None, "step": None, "partition_bytes": [10, 30], "skew": 1.5}]
     assert answer["batches"] == [
         {"batch": 2, "committed_at": 1_700_000_102.25, "duration_ms": None, "input_rows": None,
          "watermark_ms": END_OF_INPUT_WATERMARK_MS, "watermark": "end of input", "state_partitions": 2},

@@ -6,6 +6,7 @@ tests/test_chaos.py kills a join's driver; tests/test_examples.py runs examples/
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import sys
 from collections import Counter
@@ -16,6 +17,7 @@ import pytest
 from pyspark import cloudpickle
 
 import headrace as hr
+from headrace.environment import checkpoints
 from headrace.errors import PlanError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource, run_to_completion
@@ -149,7 +151,7 @@ def test_every_kind_of_join_and_a_window_join_in_one_query(spark, tmp_path):
 def joined_then_windowed(name: str) -> tuple[hr.Pipeline, TestSink]:
     p = hr.Pipeline(name)
     bids, auctions = sources(p)
-    per_seller = (bids.join(auctions, on={"auction": "id"}, how="inner", within=WITHIN)
+    per_seller = (bids.join(auctions, on={"auction": "id"}, how="inner", within=WITHIN, name="bids_auctions")
                   .key_by("seller").window(hr.Tumbling("1m"), name="per_seller")
                   .aggregate(bids=hr.count(), total=hr.sum("price")))
     sink = TestSink()
@@ -189,6 +191,15 @@ def test_a_join_chained_into_a_window_restarts_from_its_checkpoint_with_the_same
     PipelineRun(second, state_dir=state, progress="quiet").start().wait(until_exhausted=True)
     assert per_seller_rows(sink_after) == model_per_seller()
     assert per_seller_rows(sink_sql_after) == model_per_seller()
+    # which step each of Spark's stateful operators belongs to (the web UI's state by partition), against
+    # Spark's own name for each operator in the checkpoint: the SQL step holds a join and an aggregate
+    root = tmp_path / "state" / "joins_restart"
+    kinds = {int(folder.name): json.loads((folder / "_metadata" / "metadata").read_text().splitlines()[1])[
+        "operatorInfo"]["operatorName"] for folder in (root / "checkpoint" / "state").iterdir()}
+    steps = checkpoints.read_state_operators(str(root))
+    assert sorted((kinds[operator], step) for operator, step in steps.items()) == [
+        ("stateStoreSave", "per_seller"), ("stateStoreSave", "per_seller_sql"),
+        ("symmetricHashJoin", "bids_auctions"), ("symmetricHashJoin", "per_seller_sql")]
 
 
 # An auction's event time is its end: grouped by it after the join, each auction's result is final,

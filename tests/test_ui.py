@@ -153,6 +153,11 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         assert {int(b.get_attribute("data-partition") or ""): int(b.get_attribute("data-bytes") or "")
                 for b in bars.all()} == on_disk
         assert len(on_disk) == 3
+        # and in the running sum's drawer, the step its driver noted for that operator
+        page.click("a[data-tab=overview]")
+        page.locator("svg.dag .node[data-step=spend]").click()
+        expect(page.locator("aside#drawer #step-state-partitions tr[data-operator='0'] rect")).to_have_count(3)
+        page.click("a[data-tab=checkpoints]")
 
         # the configuration tab: the source and the sinks, with their connectors' settings
         page.click("a[data-tab=configuration]")

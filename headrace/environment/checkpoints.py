@@ -23,6 +23,22 @@ from headrace.environment import storage
 from headrace.environment.state_paths import run_files_dir
 
 PLAN_FILE = "plan.json"
+STATE_OPERATORS_FILE = "state_operators.json"  # {Spark's stateful operator id: the step it belongs to}
+
+
+def write_state_operators(root: str, steps: dict[int, str]) -> None:
+    """Keep which step each stateful operator (by Spark's operator id) belongs to, beside the checkpoint."""
+    storage.write_text(storage.join(root, STATE_OPERATORS_FILE),
+                       json.dumps({str(operator): step for operator, step in sorted(steps.items())}) + "\n")
+
+
+def read_state_operators(root: str) -> dict[int, str]:
+    """What ``write_state_operators`` kept ({} when nothing, or nothing readable)."""
+    try:
+        kept = json.loads(storage.read_text(storage.join(root, STATE_OPERATORS_FILE)))
+        return {int(operator): str(step) for operator, step in kept.items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def pipeline_root(state_dir: str, pipeline: str) -> str:

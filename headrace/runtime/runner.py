@@ -39,6 +39,7 @@ from headrace.runtime.signals import stop_on_signals
 from headrace.spark.compiler import compile_plan
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.specs import has_operators, stateful_steps, trigger_interval
+from headrace.spark.state_operators import steps_of_state_operators
 from headrace.spark.writer import LOGGED_BATCH_ONLY, READ_AVAILABLE, start_query
 
 HALT_TIMEOUT_S = 30.0  # how long a stop at once may take before the run gives up waiting for it
@@ -108,6 +109,7 @@ class PipelineRun:
         # a drain (``drain``): how the query it runs now ends (headrace/spark/writer.py), None otherwise
         self.draining = drain and not self.bounded()  # a bounded pipeline drains by running to its end
         self._ending: str | None = None
+        self._operators_named = False
         if self.draining:
             refuse_drain(self.plan)
 
@@ -280,6 +282,19 @@ class PipelineRun:
                 return
             figures = self.batches.record(report)
             self.display.batch(figures, self.batches.totals(), self.restarts)
+            if not self._operators_named:
+                self._name_state_operators()
+
+    def _name_state_operators(self) -> None:
+        """Note, once a run, which step each of Spark's stateful operators belongs to (the server's
+        checkpoints tab and step drawers show each step's state by partition)."""
+        self._operators_named = True
+        try:
+            named = steps_of_state_operators(self.query)
+            if named:
+                checkpoints.write_state_operators(self.root, named)
+        except Exception:  # noqa: BLE001 - a label for the web UI: never a reason to fail a run
+            pass
 
     def _collect(self) -> None:
         """Wait for the reports of every batch Spark has finished, and record them."""

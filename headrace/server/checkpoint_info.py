@@ -23,7 +23,14 @@ import os
 import statistics
 from typing import Any
 
-from headrace.environment.checkpoints import COMMITS, WATERMARK_KEY, batch_ids, batch_metadata, state_partitions_of
+from headrace.environment.checkpoints import (
+    COMMITS,
+    WATERMARK_KEY,
+    batch_ids,
+    batch_metadata,
+    read_state_operators,
+    state_partitions_of,
+)
 from headrace.server.pipeline_dirs import pipeline_roots
 from headrace.server.registry import Entry
 from headrace.server.views import watermark_text
@@ -53,16 +60,18 @@ def checkpoints(entry: Entry, reports: list[dict[str, Any]], limit: int) -> dict
         "size_bytes": disk_usage(checkpoint) if checkpoint else 0,
         "state_size_bytes": disk_usage(os.path.join(checkpoint, "state")) if checkpoint else 0,
         "state_operators": last_report.get("state_operators", []),
-        "state_on_disk": state_on_disk(os.path.join(checkpoint, "state")) if checkpoint else [],
+        "state_on_disk": state_on_disk(os.path.join(checkpoint, "state"),
+                                       read_state_operators(os.path.dirname(checkpoint))) if checkpoint else [],
         "batches": [_batch(checkpoint, batch, by_batch.get(batch, {})) for batch in committed[::-1][:limit]]
         if checkpoint else [],
     }
 
 
-def state_on_disk(state: str) -> list[dict[str, Any]]:
-    """Each stateful operator's state files, by operator id: Spark's name for the operator, the bytes
-    of each of its partitions (index = partition) and their skew, the largest over the median (None
-    while the median partition holds nothing)."""
+def state_on_disk(state: str, steps: dict[int, str]) -> list[dict[str, Any]]:
+    """Each stateful operator's state files, by operator id: Spark's name for the operator, the step
+    it belongs to (``steps``, as its driver noted it; None when not known), the bytes of each of
+    its partitions (index = partition) and their skew, the largest over the median (None while the
+    median partition holds nothing)."""
     try:
         operators = sorted(int(name) for name in os.listdir(state) if name.isdigit())
     except FileNotFoundError:
@@ -75,7 +84,7 @@ def state_on_disk(state: str) -> list[dict[str, Any]]:
         count = max([count or 0, *(p + 1 for p in partitions)])
         sizes = [_partition_bytes(os.path.join(folder, str(p))) for p in range(count)]
         median = statistics.median(sizes) if sizes else 0
-        found.append({"operator_id": operator, "operator": name, "partition_bytes": sizes,
+        found.append({"operator_id": operator, "operator": name, "step": steps.get(operator), "partition_bytes": sizes,
                       "skew": round(max(sizes) / median, 2) if median else None})
     return found
 

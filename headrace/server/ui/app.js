@@ -155,7 +155,7 @@ let openStep = null;  // the step whose drawer is open: a click on its box opens
 // A step's figure in each recent batch that has it (``step_records`` or ``sink_ms``).
 const series = (recent, key, name) => recent.map((batch) => (batch[key] || {})[name]).filter((v) => typeof v === "number");
 
-function stepDrawer(nodes, steps, recent) {
+function stepDrawer(nodes, steps, recent, stateOnDisk) {
   const node = nodes.find((n) => n.name === openStep);
   if (!node) return [];
   const step = steps[node.name] || {};
@@ -174,12 +174,14 @@ function stepDrawer(nodes, steps, recent) {
                 ["slow", "slow", step.slow ? "yes: its write took more than half of the last batch" : "no"]] : []),
   ];
   const records = series(recent, "step_records", node.name), writes = series(recent, "sink_ms", node.name);
+  const state = stateOnDisk.filter((operator) => operator.step === node.name);
   return [el("aside", { id: "drawer", "data-step": node.name },
     el("h3", {}, node.name, " ", el("button", { id: "drawer-close", title: "close",
                                                 onclick: () => { openStep = null; render(); } }, "×")),
     fieldsTable("step-fields", fields),
     records.length ? [el("p", { class: "quiet" }, "records per batch"), chart(records, "step-records-chart", 300)] : [],
     writes.length ? [el("p", { class: "quiet" }, "write ms per batch"), chart(writes, "step-writes-chart", 300)] : [],
+    state.length ? statePartitions(state, "step-state-partitions") : [],
     counted || sink || node.kind === "sink" ? [] :
       el("p", { class: "quiet", id: "not-counted" }, "Its records are not counted: Spark runs it fused with the steps " +
         "around it, and counting it would cost throughput (docs/control-plane.md)."))];
@@ -284,11 +286,12 @@ function tabBar(name, shownTab) {
 }
 
 async function overviewTab(name, path, figures, bad, first) {
-  const [plan, views, log, errors] = await Promise.all([api("GET", `${path}/dag`), api("GET", `${path}/state`),
-    api("GET", `${path}/logs?lines=30`), api("GET", `${path}/exceptions`)]);
+  const [plan, views, log, errors, checkpoint] = await Promise.all([api("GET", `${path}/dag`),
+    api("GET", `${path}/state`), api("GET", `${path}/logs?lines=30`), api("GET", `${path}/exceptions`),
+    openStep ? api("GET", `${path}/checkpoints?limit=1`) : { state_on_disk: [] }]);  // a drawer shows its state
   return [
     el("section", {}, el("h3", {}, "DAG"), dagSvg(plan.nodes, bad, figures.steps)),
-    ...stepDrawer(plan.nodes, figures.steps, figures.recent),
+    ...stepDrawer(plan.nodes, figures.steps, figures.recent, checkpoint.state_on_disk),
     el("section", {}, el("h3", {}, "Records per batch (recent batches)"),
       chart(figures.recent.map((batch) => batch.input_rows || 0)), phases(figures.last)),
     exceptionsTable(errors.exceptions),
@@ -339,7 +342,7 @@ const median = (sorted) => sorted.length % 2 ? sorted[(sorted.length - 1) / 2] :
   (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
 
 // Each stateful operator's state files, partition by partition, as bars: how evenly its keys spread.
-function statePartitions(operators) {
+function statePartitions(operators, id = "state-partitions") {
   const bars = (sizes) => {
     const top = Math.max(1, ...sizes);
     return el("svg", { class: "partitions", width: 8 * sizes.length + 2, height: 24 }, sizes.map((size, i) =>
@@ -348,13 +351,14 @@ function statePartitions(operators) {
   };
   return el("section", {}, el("h3", {}, "State on disk, by partition"),
     operators.length === 0 ? el("p", { class: "quiet" }, "No state yet.") :
-      el("table", { id: "state-partitions" },
+      el("table", { id },
         el("tr", {}, ["operator", "partitions", "smallest", "median", "largest", "skew", ""].map((t) => el("th", {}, t))),
         operators.map((op) => {
           const sorted = [...op.partition_bytes].sort((a, b) => a - b);
           const skewed = op.skew !== null && op.skew >= SKEWED;
           return el("tr", { "data-operator": op.operator_id, class: skewed ? "skewed" : undefined },
-            el("td", {}, `${op.operator_id} (${op.operator ?? "?"})`), el("td", {}, sorted.length),
+            el("td", {}, `${op.operator_id} (${op.operator ?? "?"}${op.step ? `, step ${op.step}` : ""})`),
+            el("td", {}, sorted.length),
             el("td", {}, bytes(sorted[0])), el("td", {}, bytes(median(sorted))),
             el("td", {}, bytes(sorted[sorted.length - 1])),
             el("td", { class: "skew" }, op.skew === null ? "–" : skewed ? el("span", { class: "badge bad" }, `${op.skew}×`)
