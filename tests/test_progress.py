@@ -106,7 +106,9 @@ def test_each_source_of_a_pipeline_with_several_counts_its_records(spark, tmp_pa
     """With several sources, each one counts its records beside what it counts anyway: Spark's file
     source beside its dead letters, headrace's Python reader of files the same, the test kit's source
     beside its control rows (a watermark step is none of its records). A bad line is a record the
-    source read (it goes to the dead letters), as the input rows of a single source count it."""
+    source read (it goes to the dead letters), as the input rows of a single source count it. A step
+    that hands on its input's records one for one (a key_by, a select) has its input's count, a
+    source's less its dead letters."""
     bids_in, auctions_in = tmp_path / "bids", tmp_path / "auctions"
     bids_in.mkdir()
     auctions_in.mkdir()
@@ -117,10 +119,11 @@ def test_each_source_of_a_pipeline_with_several_counts_its_records(spark, tmp_pa
     p = hr.Pipeline("source_counts")
     bids = p.source("bids", hr.sources.Files(str(bids_in), schema={"id": "long", "t": "timestamp"}, bounded=True,
                                              max_files_per_batch=1), event_time="t")
-    bids.key_by("id").window(hr.Tumbling("10s"), name="per_10s").aggregate(n=hr.count()).sink("w", hr.sinks.Null())
+    by_id = bids.key_by("id", name="by_id")  # hands on the bids' records one for one: counted as theirs
+    by_id.window(hr.Tumbling("10s"), name="per_10s").aggregate(n=hr.count()).sink("w", hr.sinks.Null())
     auctions = p.source("auctions", hr.sources.Files(str(auctions_in), schema={"id": "long"}, bounded=True,
                                                      reader="python"))
-    auctions.sink("a", hr.sinks.Null())
+    auctions.select("id", name="ids").filter(hr.col("id") > 0, name="positive").sink("a", hr.sinks.Null())
     ticks = p.source("ticks", TestSource([[{"n": 0}, {"n": 1}, {"n": 2}], Watermark(5_000), [{"n": 3}]],
                                          schema={"n": "long"}))
     ticks.sink("t", hr.sinks.Null())
@@ -131,4 +134,5 @@ def test_each_source_of_a_pipeline_with_several_counts_its_records(spark, tmp_pa
     for figures in run.batches.figures:
         counted.update(figures["step_records"])
     assert (counted["bids"], counted["auctions"], counted["ticks"]) == (22, 5, 4)
+    assert (counted["by_id"], counted["ids"], counted["positive"]) == (20, 4, 3)  # the sources' less the bad lines
     assert result.input_rows == 22 + 5 + 4 and result.dead_letters == 3

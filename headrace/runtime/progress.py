@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from headrace import config
@@ -142,10 +143,14 @@ def step_records(progress: dict[str, Any]) -> dict[str, int]:
 
 class BatchLog:
     """The batches of one run, by batch id, with their figures and the run's totals. A pipeline's
-    one source (``only_source``) has its records among the steps': the batch's input rows."""
+    one source (of ``sources``) has its records among the steps': the batch's input rows. Each step
+    of ``same_as_input`` ((step, its input), in the plan's order) has its input's records, a
+    source's less its dead letters (``headrace/spark/step_counts.py``)."""
 
-    def __init__(self, only_source: str | None = None) -> None:
-        self.only_source = only_source
+    def __init__(self, sources: Sequence[str] = (), same_as_input: Sequence[tuple[str, str]] = ()) -> None:
+        self.sources = set(sources)
+        self.only_source = sources[0] if len(sources) == 1 else None
+        self.same_as_input = list(same_as_input)
         self._reports: dict[int, dict[str, Any]] = {}
         self._figures: dict[int, dict[str, Any]] = {}
         self._totals = dict.fromkeys(TOTALS, 0)
@@ -157,11 +162,20 @@ class BatchLog:
         figures = {**summarise(progress), "sink_ms": sink_timings.take(str(progress.get("name") or ""), batch)}
         if self.only_source is not None:
             figures["step_records"] = {self.only_source: figures["input_rows"], **figures["step_records"]}
+        self._follow_inputs(figures["step_records"], progress)
         replaced = self._figures.get(batch, {})
         for name in TOTALS:
             self._totals[name] += (figures[name] or 0) - (replaced.get(name) or 0)
         self._reports[batch], self._figures[batch] = progress, figures
         return figures
+
+    def _follow_inputs(self, records: dict[str, int], progress: dict[str, Any]) -> None:
+        """Add the records of each step that hands on its input's one for one."""
+        observed = progress.get("observedMetrics") or {}
+        for step, upstream in self.same_as_input:
+            if upstream in records:
+                dead = observed.get(f"{DEAD_LETTER_METRIC_PREFIX}{upstream}") if upstream in self.sources else None
+                records[step] = records[upstream] - int((dead or {}).get("dead_letters") or 0)
 
     def __len__(self) -> int:
         return len(self._reports)

@@ -40,6 +40,7 @@ from headrace.spark.compiler import compile_plan
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.specs import has_operators, stateful_steps, trigger_interval
 from headrace.spark.state_operators import steps_of_state_operators
+from headrace.spark.step_counts import same_count_as_input
 from headrace.spark.writer import LOGGED_BATCH_ONLY, READ_AVAILABLE, start_query
 
 HALT_TIMEOUT_S = 30.0  # how long a stop at once may take before the run gives up waiting for it
@@ -98,7 +99,7 @@ class PipelineRun:
         self.started_at = 0.0
         self.restarts = 0
         sources = [source.name for source in self.plan.sources()]
-        self.batches = BatchLog(sources[0] if len(sources) == 1 else None)
+        self.batches = BatchLog(sources, same_count_as_input(self.plan))
         self._spark: Any = None
         self._query_id = ""  # Spark's id of the query, kept in the checkpoint
         self._inbox: queue.SimpleQueue[dict[str, Any]] | None = None

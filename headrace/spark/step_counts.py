@@ -14,7 +14,8 @@ Spark's count of what it read, for a pipeline with one source (``headrace/runtim
 with several, each source counts them in the observed metric it keeps anyway (of its dead
 letters or its control rows: one more aggregate in a node that is there already), or in one of
 its own when it keeps none (``headrace/spark/stateless.py``). A source's records include the
-lines it sends to the dead letters, as the input rows of a single source do.
+lines it sends to the dead letters, as the input rows of a single source do. A step that hands
+on its input's records one for one has its input's count (``same_count_as_input``).
 
 Control rows (watermark moves, the end-of-input flush) are not records and are not counted. Not
 counted: the stateless steps between those above, static tables, sinks (a sink's records are
@@ -31,7 +32,18 @@ from pyspark.sql import functions as F
 
 from headrace.contract import CONTROL_COLUMN, RECORDS_FIELD, STEP_METRIC_PREFIX
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import Node, OperatorNode, PortNode, SinkNode, SourceNode, TableNode
+from headrace.plan.nodes import (
+    EventTimeNode,
+    KeyByNode,
+    NativeStep,
+    Node,
+    OperatorNode,
+    PortNode,
+    PythonStep,
+    SinkNode,
+    SourceNode,
+    TableNode,
+)
 from headrace.spark.specs import spec_of
 
 NOT_COUNTED = (SinkNode, TableNode, OperatorNode, PortNode)
@@ -50,3 +62,19 @@ def count_records(df: DataFrame, node: Node) -> DataFrame:
     records = (F.count(F.when(F.col(CONTROL_COLUMN).isNull(), 1)) if CONTROL_COLUMN in df.columns
                else F.count(F.lit(1)))
     return df.observe(f"{STEP_METRIC_PREFIX}{node.name}", records.alias(RECORDS_FIELD))
+
+
+def same_count_as_input(plan: Plan) -> list[tuple[str, str]]:
+    """(step, its input) for each step not counted whose records are its input's, one for one: a
+    projection (``select``, ``with_columns``), a Python ``map`` or key function (a function that
+    raises stops the run), a ``key_by`` and the event time's declaration (late records are dropped
+    by the stateful step after it). In the plan's order, so that a chain of them follows from its
+    first input; a source's output is its records less its dead letters."""
+    pairs = []
+    for node in plan.nodes.values():
+        one_for_one = (isinstance(node, (EventTimeNode, KeyByNode))
+                       or isinstance(node, NativeStep) and node.mode in ("select", "with_columns")
+                       or isinstance(node, PythonStep) and node.mode in ("map", "key"))
+        if one_for_one and len(node.inputs) == 1 and not counted(plan, node):
+            pairs.append((node.name, node.inputs[0]))
+    return pairs
