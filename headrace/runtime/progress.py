@@ -173,7 +173,7 @@ class BatchLog:
         """Add the records of each step that hands on its input's one for one."""
         observed = progress.get("observedMetrics") or {}
         for step, upstream in self.same_as_input:
-            if upstream in records:
+            if upstream in records and step not in records:
                 dead = observed.get(f"{DEAD_LETTER_METRIC_PREFIX}{upstream}") if upstream in self.sources else None
                 records[step] = records[upstream] - int((dead or {}).get("dead_letters") or 0)
 

@@ -65,16 +65,17 @@ def count_records(df: DataFrame, node: Node) -> DataFrame:
 
 
 def same_count_as_input(plan: Plan) -> list[tuple[str, str]]:
-    """(step, its input) for each step not counted whose records are its input's, one for one: a
-    projection (``select``, ``with_columns``), a Python ``map`` or key function (a function that
-    raises stops the run), a ``key_by`` and the event time's declaration (late records are dropped
-    by the stateful step after it). In the plan's order, so that a chain of them follows from its
-    first input; a source's output is its records less its dead letters."""
+    """(step, its input) for each step whose records are its input's, one for one: a projection
+    (``select``, ``with_columns``), a Python ``map`` or key function (a function that raises stops
+    the run), a ``key_by`` and the event time's declaration (late records are dropped by the
+    stateful step after it). In the plan's order, so that a chain of them follows from its first
+    input; a source's output is its records less its dead letters. A step the query counts keeps
+    its own count (``headrace/runtime/progress.py``)."""
     pairs = []
     for node in plan.nodes.values():
         one_for_one = (isinstance(node, (EventTimeNode, KeyByNode))
                        or isinstance(node, NativeStep) and node.mode in ("select", "with_columns")
                        or isinstance(node, PythonStep) and node.mode in ("map", "key"))
-        if one_for_one and len(node.inputs) == 1 and not counted(plan, node):
+        if one_for_one and len(node.inputs) == 1:
             pairs.append((node.name, node.inputs[0]))
     return pairs
