@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+from collections import Counter
 from typing import Any
 
 from headrace.environment.checkpoints import (
@@ -50,6 +51,7 @@ def checkpoints(entry: Entry, reports: list[dict[str, Any]], limit: int) -> dict
     progress file's figures of the recent batches."""
     checkpoint = checkpoint_dir(entry)
     committed = batch_ids(checkpoint, COMMITS) if checkpoint else []
+    files = file_sizes(checkpoint) if checkpoint else {}  # one walk of the checkpoint for every size below
     by_batch = {report["batch"]: report for report in reports}
     last_report = by_batch[max(by_batch)] if by_batch else {}
     return {
@@ -57,32 +59,37 @@ def checkpoints(entry: Entry, reports: list[dict[str, Any]], limit: int) -> dict
         "committed_batches": committed[-1] + 1 if committed else 0,  # batch ids count from 0, one after another
         "last_committed": committed[-1] if committed else None,
         "retained_batches": len(committed),
-        "size_bytes": disk_usage(checkpoint) if checkpoint else 0,
-        "state_size_bytes": disk_usage(os.path.join(checkpoint, "state")) if checkpoint else 0,
+        "size_bytes": sum(files.values()),
+        "state_size_bytes": sum(size for parts, size in files.items() if parts[0] == "state"),
         "state_operators": last_report.get("state_operators", []),
-        "state_on_disk": state_on_disk(os.path.join(checkpoint, "state"),
+        "state_on_disk": state_on_disk(os.path.join(checkpoint, "state"), files,
                                        read_state_operators(os.path.dirname(checkpoint))) if checkpoint else [],
         "batches": [_batch(checkpoint, batch, by_batch.get(batch, {})) for batch in committed[::-1][:limit]]
         if checkpoint else [],
     }
 
 
-def state_on_disk(state: str, steps: dict[int, str]) -> list[dict[str, Any]]:
+def state_on_disk(state: str, files: dict[tuple[str, ...], int], steps: dict[int, str]) -> list[dict[str, Any]]:
     """Each stateful operator's state files, by operator id: Spark's name for the operator, the step
     it belongs to (``steps``, as its driver noted it; None when not known), the bytes of each of
-    its partitions (index = partition) and their skew, the largest over the median (None while the
-    median partition holds nothing)."""
+    its partitions (index = partition; from ``files``, the checkpoint's, not counting the schema
+    Spark writes beside a partition's state) and their skew, the largest over the median (None
+    while the median partition holds nothing)."""
     try:
         operators = sorted(int(name) for name in os.listdir(state) if name.isdigit())
     except FileNotFoundError:
         return []
+    partition_bytes: Counter[tuple[str, str]] = Counter()
+    for parts, size in files.items():
+        if len(parts) >= 4 and parts[0] == "state" and parts[3] != "_metadata":
+            partition_bytes[parts[1], parts[2]] += size
     found = []
     for operator in operators:
         folder = os.path.join(state, str(operator))
         name, count = _operator_metadata(folder)
         partitions = sorted(int(n) for n in os.listdir(folder) if n.isdigit())
         count = max([count or 0, *(p + 1 for p in partitions)])
-        sizes = [_partition_bytes(os.path.join(folder, str(p))) for p in range(count)]
+        sizes = [partition_bytes[str(operator), str(p)] for p in range(count)]
         median = statistics.median(sizes) if sizes else 0
         found.append({"operator_id": operator, "operator": name, "step": steps.get(operator), "partition_bytes": sizes,
                       "skew": round(max(sizes) / median, 2) if median else None})
@@ -101,22 +108,19 @@ def _operator_metadata(folder: str) -> tuple[str | None, int | None]:
         return None, None
 
 
-def _partition_bytes(folder: str) -> int:
-    """The bytes of a partition's state files, not counting the schema Spark writes beside them."""
-    return disk_usage(folder) - disk_usage(os.path.join(folder, "_metadata"))
-
-
-def disk_usage(folder: str) -> int:
-    """The bytes of the files under ``folder`` (0 when there is none); a file Spark deletes meanwhile
-    counts nothing."""
-    total = 0
-    for parent, _, files in os.walk(folder):
-        for name in files:
+def file_sizes(folder: str) -> dict[tuple[str, ...], int]:
+    """The size of each file under ``folder``, by its path's parts below it ({} when there is no
+    folder); a file Spark deletes meanwhile is left out."""
+    sizes = {}
+    for parent, _, names in os.walk(folder):
+        below = os.path.relpath(parent, folder).split(os.sep)
+        below = [] if below == ["."] else below
+        for name in names:
             try:
-                total += os.lstat(os.path.join(parent, name)).st_size
+                sizes[(*below, name)] = os.lstat(os.path.join(parent, name)).st_size
             except FileNotFoundError:
                 pass
-    return total
+    return sizes
 
 
 def _batch(checkpoint: str, batch: int, report: dict[str, Any]) -> dict[str, Any]:
