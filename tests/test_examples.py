@@ -650,3 +650,41 @@ def test_ysb_runs_as_its_docstring_says(tmp_path):
     shown = check_windows_printed(out, "ysb", "ysb", views, key="campaign_id", value="views", limit=3_000_000,
                                   rows_per_batch=1_000_000, window_s=10, late_s=1)
     assert shown == 10 + 10  # 10 of the 100 campaigns' first window, then 10 of the last two windows' 200
+
+
+def test_late_bids_prints_what_docs_joins_md_shows_and_a_model_computes(spark, capsys):
+    """examples/late_bids.py, run as a script, prints the output docs/joins.md shows: the pairs and
+    the late records that a plain-Python join computes from the example's records, a record being
+    late when its time is at or before the watermark after the batch before (the smaller of the
+    sides' largest event times so far)."""
+    import json
+    import runpy
+
+    namespace = runpy.run_path(str(ROOT / "examples" / "late_bids.py"), run_name="__main__")
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("bid ", "late "))]
+    doc = (ROOT / "docs" / "joins.md").read_text()
+    shown = doc.split("`python examples/late_bids.py` prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert printed == shown.splitlines()
+    bid_batches, auction_batches = namespace["bids"].steps[:2], namespace["auctions"].steps[:2]
+    on_time: dict[str, list[dict]] = {"left": [], "right": []}
+    late: list[tuple[int, str]] = []
+    mark = None
+    seen: dict[str, list[int]] = {"left": [], "right": []}
+    for bids, auctions in zip(bid_batches, auction_batches):
+        for side, records, field, key in (("left", bids, "at", "auction"), ("right", auctions, "opened", "id")):
+            for record in records:
+                if mark is not None and record[field] <= mark:
+                    late.append((record[field], f"late {side} record, key {record[key]}, at "
+                                               f"{record[field] // 60_000:02}:{record[field] // 1000 % 60:02}: "))
+                else:
+                    on_time[side].append(record)
+            seen[side] += [r[field] for r in records]
+        mark = min(max(seen["left"]), max(seen["right"]))
+    pairs = sorted((b["at"], b["price"], b["auction"], a["seller"]) for b in on_time["left"] for a in on_time["right"]
+                   if a["id"] == b["auction"] and -3_600_000 <= a["opened"] - b["at"] <= 0)
+    assert printed[:len(pairs)] == [f"bid {price} at {at // 60_000:02}:{at // 1000 % 60:02} on auction {auction} of "
+                                    f"{seller}" for at, price, auction, seller in pairs]
+    late_lines = printed[len(pairs):]
+    assert [line.split(": {", 1)[0] + ": " for line in late_lines] == [text for _, text in sorted(late)]
+    for line in late_lines:  # the record as JSON, its event time as Spark writes a timestamp
+        assert "at" in json.loads(line.split(": ", 1)[1]) or "opened" in json.loads(line.split(": ", 1)[1])

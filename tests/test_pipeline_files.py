@@ -243,7 +243,8 @@ sinks:
     ("    union: [step]",
      "pipeline.yaml:11: step 'step': the steps read from each other in a cycle: step -> step"),
     ("    late_records: true",
-     "pipeline.yaml:10: step 'step': late_records reads from a window step; 'clicks' is not one"),
+     "pipeline.yaml:10: step 'step': late_records reads from a window step or a join of two streams; 'clicks' is "
+     "neither"),
     ("    process: pf_test_steps:Alerts\n    schema: \"word string, times long\"",
      "pipeline.yaml:10: step 'step': process works per key: read from a key_by step, not 'clicks'"),
 ])

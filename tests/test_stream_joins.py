@@ -379,9 +379,13 @@ steps:
     join: auctions
     on: {auction: id}
     in_window: {tumbling: 20s}
+  - name: too_late
+    from: with_seller
+    late_records: true
 sinks:
   out: {type: TestSink, from: with_seller}
   windows: {type: TestSink, from: in_windows}
+  late: {type: TestSink, from: too_late}
 """
 
 
@@ -393,9 +397,10 @@ def test_a_pipeline_file_joins_two_streams_as_the_fluent_api_does(tmp_path):
     from_file = load_pipeline_file(path, environ={}).plan
     p = hr.Pipeline("joins_in_a_file")
     bids, auctions = sources(p)
-    bids.join(auctions, on={"auction": "id"}, how="left", within=("-10s", "10s"), name="with_seller")
+    bids.join(auctions, on={"auction": "id"}, how="left", within=("-10s", "10s"), name="with_seller").late_records(
+        name="too_late")
     bids.join(auctions, on={"auction": "id"}, window=hr.Tumbling("20s"), name="in_windows")
-    for name in ("with_seller", "in_windows"):
+    for name in ("with_seller", "in_windows", "too_late"):
         mine, theirs = from_file.nodes[name].to_json(), p.plan.nodes[name].to_json()
         assert {k: v for k, v in mine.items() if k != "defined_at"} == \
             {k: v for k, v in theirs.items() if k != "defined_at"}

@@ -19,7 +19,7 @@ from typing import Any
 from headrace import aggregates
 from headrace.api.located_yaml import Located, closest
 from headrace.api.step_context import IDENTIFIER, StepContext, StepKind
-from headrace.api.stream import WindowResult
+from headrace.api.stream import JoinResult, WindowResult
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, EveryN
 from headrace.windows import Count, Global, Session, Sliding, Tumbling
 
@@ -244,14 +244,15 @@ def _window(step: StepContext) -> Any:
 
 @step_kind("late_records")
 def _late_records(step: StepContext) -> Any:
-    """The records a window step (its `from`) dropped as too late: `late_records: true`."""
+    """The records a window step or a join of two streams (its `from`) dropped as too late:
+    `late_records: true`."""
     if step.action.value is not True:
         raise step.fail(step.action, f"write late_records: true, got {step.action.describe()}")
-    window = step.input
-    if not isinstance(window, WindowResult):
-        raise step.fail(step.spec.line_of("from"), f"late_records reads from a window step; "
-                                                   f"{step.spec['from'].value!r} is not one")
-    return window.late_records(name=step.name)
+    dropping = step.input
+    if not isinstance(dropping, (WindowResult, JoinResult)):
+        raise step.fail(step.spec.line_of("from"), f"late_records reads from a window step or a join of two "
+                                                   f"streams; {step.spec['from'].value!r} is neither")
+    return dropping.late_records(name=step.name)
 
 
 # -- values --------------------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ from headrace.errors import PlanError, step_error
 from headrace.expr import Expr, col
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
+    JOIN_LATE_SCHEMA,
     RESULT_TIME,
+    WINDOW_LATE_SCHEMA,
     DeadLettersNode,
     EventTimeNode,
     JoinNode,
@@ -514,7 +516,9 @@ class Stream:
         if isinstance(other, Stream):
             if other.pipeline is not self.pipeline:
                 raise self._fail(step, where, f"stream {other.node.name!r} belongs to another pipeline")
-            return self._stage(stream_join(self.node, other.node, on, how, within, window, step, where))
+            node = stream_join(self.node, other.node, on, how, within, window, step, where)
+            check_stage(self.pipeline.plan, node)
+            return JoinResult(self.pipeline, self._add(node))
         table = other
         if within is not None or window is not None:
             raise self._fail(step, where, "within= and window= bound a join of two streams; a join with a table "
@@ -808,9 +812,19 @@ class WindowResult(Stream):
         ``window_start`` and ``window_end`` they missed, and the ``record``. Asking for them runs the
         window as a stateful processor."""
         step = self.pipeline._name(name, f"{self.node.name}_late")
-        schema = (("step", "string"), ("key", "string"), ("event_time", "timestamp"),
-                  ("window_start", "timestamp"), ("window_end", "timestamp"), ("record", "string"))
-        return self._follow(LateRecordsNode(step, (self.node.name,), user_location(), schema))
+        return self._follow(LateRecordsNode(step, (self.node.name,), user_location(), WINDOW_LATE_SCHEMA))
+
+
+class JoinResult(Stream):
+    """The output of a join of two streams, with access to its late side output."""
+
+    def late_records(self, *, name: str | None = None) -> Stream:
+        """The records this join dropped as too late (docs/joins.md): ``step``, ``side`` (``left``:
+        the stream ``join`` was called on; ``right``: the other), ``key`` (the join key as text),
+        ``event_time`` and the ``record`` as JSON. Each side's records are read a second time in
+        each micro-batch to find them."""
+        step = self.pipeline._name(name, f"{self.node.name}_late")
+        return self._follow(LateRecordsNode(step, (self.node.name,), user_location(), JOIN_LATE_SCHEMA))
 
 
 def _emission(trigger: Any, allowed_lateness: object, accumulation: str, step: str, where: str) -> Emission:

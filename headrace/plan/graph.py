@@ -9,6 +9,7 @@ from headrace.code_locations import remember_definitions
 from headrace.contract import Guarantee
 from headrace.errors import PlanError, step_error
 from headrace.plan.nodes import (
+    LateRecordsNode,
     Node,
     OperatorNode,
     SinkNode,
@@ -72,6 +73,10 @@ class Plan:
 
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes.values() if name in n.inputs]
+
+    def late_output_asked(self, name: str) -> bool:
+        """Whether some step reads the late side output of step ``name`` (``late_records()``)."""
+        return any(isinstance(n, LateRecordsNode) for n in self.consumers(name))
 
     def sources(self) -> list[SourceNode]:
         return [n for n in self.nodes.values() if isinstance(n, SourceNode)]

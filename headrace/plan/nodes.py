@@ -238,6 +238,11 @@ class JoinNode(Node):
 
 
 JOIN_WINDOW_FIELDS = ("window_start", "window_end")  # the fields a window join adds
+# The late side output of a window step, and of a join of two streams (docs/windows.md, docs/joins.md)
+WINDOW_LATE_SCHEMA = (("step", "string"), ("key", "string"), ("event_time", "timestamp"),
+                      ("window_start", "timestamp"), ("window_end", "timestamp"), ("record", "string"))
+JOIN_LATE_SCHEMA = (("step", "string"), ("side", "string"), ("key", "string"), ("event_time", "timestamp"),
+                    ("record", "string"))
 
 
 @dataclass(frozen=True)

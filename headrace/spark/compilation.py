@@ -32,7 +32,7 @@ class Compilation(Protocol):
     scans: Counter[str]  # how many times the query scans each source
     raw_sources: dict[str, DataFrame]
     observed_sources: dict[str, DataFrame]
-    raw_windows: dict[str, DataFrame]
+    raw_outputs: dict[str, DataFrame]
     batch_id: int | None  # inside foreachBatch: the micro-batch's id and the checkpoint
     checkpoint: str | None
     cached: list[DataFrame]

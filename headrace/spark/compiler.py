@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import Node, SourceNode, WindowAggregateNode
+from headrace.plan.nodes import Node, SourceNode, StreamJoinNode, WindowAggregateNode
 from headrace.spark.batch_roots import branch_root, shared_root
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.fields_read import checked_fields_read, sources_with_checked_fields
+from headrace.spark.join_lowering import join_pairs
 from headrace.spark.lowerings import LOWERINGS
 from headrace.spark.specs import has_operators, output_mode, result_time_needed, spec_of, window_needs_processor
 from headrace.spark.sql import register_functions
@@ -57,7 +58,7 @@ class Lowering(WatermarkPlacement):
         self.watermarked: dict[str, DataFrame] = {}
         self.raw_sources: dict[str, DataFrame] = {}  # a source's rows with its dead letters, for dead_letters()
         self.observed_sources: dict[str, DataFrame] = {}  # the same with the source's metrics, to run a query to
-        self.raw_windows: dict[str, DataFrame] = {}  # a window processor's output: panes and late records
+        self.raw_outputs: dict[str, DataFrame] = {}  # a window processor's or a join's output with its late records
         self.scans = source_scans(plan)  # how many times the query scans each source
         # inside foreachBatch (writer.py): the micro-batch's id and the checkpoint, for operators
         self.batch_id: int | None = None
@@ -68,8 +69,11 @@ class Lowering(WatermarkPlacement):
         """Start from ``df`` as the output of step ``name`` (a micro-batch, inside foreachBatch)."""
         node = self.plan.nodes[name]
         if isinstance(node, WindowAggregateNode) and window_needs_processor(self.plan, node):
-            self.raw_windows[name] = df
+            self.raw_outputs[name] = df
             df = window_panes(df, node)
+        elif isinstance(node, StreamJoinNode) and self.plan.late_output_asked(name):
+            self.raw_outputs[name] = df
+            df = join_pairs(df)
         elif isinstance(node, SourceNode) and node.connector.emits_dead_letters:
             self.raw_sources[name] = df
             df = good_rows(node, df, self)
@@ -80,7 +84,7 @@ class Lowering(WatermarkPlacement):
         ``name``: a window processor's raw output, a source's rows with its dead letters, or
         the step's output."""
         frame = self.frame(name)
-        return self.raw_windows.get(name) or self.observed_sources.get(name) or frame
+        return self.raw_outputs.get(name) or self.observed_sources.get(name) or frame
 
     def frame(self, name: str) -> DataFrame:
         if name not in self.frames:
@@ -155,8 +159,11 @@ def source_scans(plan: Plan) -> Counter[str]:
         if name not in below:
             node = plan.nodes[name]
             found = Counter({name: 1}) if isinstance(node, SourceNode) else Counter[str]()
+            # a join whose late records are asked for reads each side twice (join_lowering.py)
+            reads = 2 if isinstance(node, StreamJoinNode) and plan.late_output_asked(name) else 1
             for upstream in node.inputs:
-                found += paths(upstream)
+                for _ in range(reads):
+                    found += paths(upstream)
             below[name] = found
         return below[name]
 

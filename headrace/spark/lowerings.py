@@ -15,14 +15,14 @@ from headrace.plan.nodes import Node
 from headrace.spark import stateless
 from headrace.spark.clocks import spark_ttl
 from headrace.spark.dedupe_lowering import lower_dedupe
-from headrace.spark.join_lowering import SPARK_HOW, lower_stream_join
+from headrace.spark.join_lowering import SPARK_HOW, join_late_records, lower_stream_join
 from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
 from headrace.spark.process_lowering import lower_process
 from headrace.spark.rolling import lower_rolling
 from headrace.spark.specs import folds_in_python, native_sink_format, python_chains, window_needs_processor
 from headrace.spark.sql import lower_sql, sql_lowered_as
 from headrace.spark.watermarks import WatermarkPlacement
-from headrace.spark.window_lowering import lower_late_records, lower_window
+from headrace.spark.window_lowering import lower_window, window_late_records
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,23 @@ def _process_lowered_as(plan: Plan, node: Any) -> str:
               else "no event time: timers are checked when their key runs")
     ttl = ", Spark's state TTL evicts quiet keys" if spark_ttl(plan, node) is not None else ""
     return f"stateful processor (transformWithStateInPandas, state per key, {timers}{ttl})"
+
+
+def lower_late_records(node: nodes.LateRecordsNode, lowering: Any) -> Any:
+    """The late side output of a window step or a join of two streams, from its raw output."""
+    dropping = lowering.plan.nodes[node.inputs[0]]
+    lowering.frame(dropping.name)  # (lowers it, or has it seeded in a micro-batch: its raw output too)
+    raw = lowering.raw_outputs[dropping.name]
+    if isinstance(dropping, nodes.StreamJoinNode):
+        return join_late_records(raw, dropping, lowering)
+    return window_late_records(raw)
+
+
+def _late_records_lowered_as(plan: Plan, node: Any) -> str:
+    if isinstance(plan.nodes[node.inputs[0]], nodes.StreamJoinNode):
+        return ("each side's records read again, kept in each micro-batch when at or before the watermark "
+                "Spark's join judges them by")
+    return "the window processor's late side output"
 
 
 def _operator_lowered_as(plan: Plan, node: Any) -> str:
@@ -107,7 +124,7 @@ LOWERINGS: dict[type[Node], KindLowering] = {
     nodes.KeyByNode: KindLowering(stateless.lower_key_by, "native (keys used by the next aggregate)"),
     nodes.RollingAggregateNode: KindLowering(lower_rolling, _rolling_lowered_as),
     nodes.WindowAggregateNode: KindLowering(lower_window, _window_lowered_as),
-    nodes.LateRecordsNode: KindLowering(lower_late_records, "the window processor's late side output"),
+    nodes.LateRecordsNode: KindLowering(lower_late_records, _late_records_lowered_as),
     nodes.KeyedProcessNode: KindLowering(lower_process, _process_lowered_as),
     nodes.JoinNode: KindLowering(stateless.lower_join, "native stream-static join (broadcast)"),
     nodes.StreamJoinNode: KindLowering(lower_stream_join, _stream_join_lowered_as),

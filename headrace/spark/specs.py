@@ -26,7 +26,6 @@ from headrace.plan.nodes import (
     SQL_OUTPUT_MODES,
     WINDOWED,
     KeyByNode,
-    LateRecordsNode,
     Node,
     PythonStep,
     SourceNode,
@@ -133,7 +132,14 @@ def native_sink_format(plan: Plan, node: Any) -> str | None:
     """The format of Spark's own streaming writer for the sink ``node``, when it is the
     pipeline's only sink, its connector has one and no operator runs in foreachBatch;
     otherwise sinks commit per batch."""
-    return node.connector.native_format if len(plan.sinks()) == 1 and not has_operators(plan) else None
+    alone = len(plan.sinks()) == 1 and not has_operators(plan) and not late_records_of_joins(plan)
+    return node.connector.native_format if alone else None
+
+
+def late_records_of_joins(plan: Plan) -> list[Any]:
+    """The joins of two streams whose late records some step reads: found in each micro-batch
+    with the watermark it ran with (``headrace/spark/join_lowering.py``), so only in foreachBatch."""
+    return [n for n in plan.nodes.values() if isinstance(n, nodes.StreamJoinNode) and plan.late_output_asked(n.name)]
 
 
 def has_operators(plan: Plan) -> bool:
@@ -387,7 +393,7 @@ def window_needs_processor(plan: Plan, node: Any) -> list[str]:
             reasons.append("discarding panes")
     if node.function != "aggregates":
         reasons.append(f"a {node.function.replace('_', ' ')}")
-    if any(isinstance(c, LateRecordsNode) for c in plan.consumers(node.name)):
+    if plan.late_output_asked(node.name):
         reasons.append("a late side output")
     if not reads_results(plan, node) and stateful_steps(plan) > 1:
         # in a query with several stateful operators, Spark's drop only what was late for the

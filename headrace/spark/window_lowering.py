@@ -29,7 +29,7 @@ from headrace.engine.window_panes import Dropped, Fired, WindowLogic, WindowStat
 from headrace.errors import StepFunctionError
 from headrace.lazy_modules import LazyModule
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import RESULT_TIME, LateRecordsNode, WindowAggregateNode
+from headrace.plan.nodes import RESULT_TIME, WindowAggregateNode
 from headrace.schema import TYPE_ALIASES
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.expressions import aggregate_columns
@@ -230,7 +230,7 @@ def _lower_processor(node: WindowAggregateNode, df: DataFrame, plan: Plan, timed
     hidden = {CONTROL_COLUMN, TIME, SEQUENCE, GROUP, RESULT_TIME}
     value_fields = [c for c in prepared.columns if c not in hidden]
     types = dict(prepared.dtypes)
-    late = any(isinstance(c, LateRecordsNode) for c in plan.consumers(node.name))
+    late = plan.late_output_asked(node.name)
     if node.function == "aggregates" and not late:
         # The records only feed built-in aggregates (no late side output shows them): the
         # processor needs the fields the aggregates read, nothing else.
@@ -274,7 +274,7 @@ def lower_window(node: WindowAggregateNode, lowering: Compilation) -> DataFrame:
         if OUTPUT_KIND in raw.columns:
             late = F.count(F.when(F.col(OUTPUT_KIND) == "late", 1)).alias("late_dropped")
             raw = raw.observe(f"{LATE_METRIC_PREFIX}{node.name}", late)
-        lowering.raw_windows[node.name] = raw
+        lowering.raw_outputs[node.name] = raw
         return window_panes(raw, node)
     df = without_control(lowering.input(node))
     shape = node.window
@@ -293,11 +293,6 @@ def lower_window(node: WindowAggregateNode, lowering: Compilation) -> DataFrame:
     return grouped.select(*keys, F.col("_hr_window.start").alias("window_start"),
                           F.col("_hr_window.end").alias("window_end"),
                           *[F.col(f"`{name}`") for name, _ in node.aggs], *timed)
-
-
-def lower_late_records(node: LateRecordsNode, lowering: Compilation) -> DataFrame:
-    lowering.frame(node.inputs[0])
-    return window_late_records(lowering.raw_windows[node.inputs[0]])
 
 
 def window_panes(raw: DataFrame, node: WindowAggregateNode) -> DataFrame:

@@ -63,15 +63,15 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     if has_operators(plan):
         assert root is not None
         stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint)
-    elif native or (len(inputs) == 1 and not (root and root in compiled.lowering.raw_windows)):
+    elif native or (len(inputs) == 1 and not (root and root in compiled.lowering.raw_outputs)):
         # Spark's own writer writes the query's stream as it is: the sink's frame, never a root
         # stream split per batch (a window processor's raw output has its internal columns)
         stream = frames[sinks[0].name]
         dispatch = _same_stream(plan.name, sinks)
     elif root is not None:
-        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir)
+        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint)
     else:
-        stream, dispatch = _tagged(plan, compiled, sinks, run_dir)
+        stream, dispatch = _tagged(plan, compiled, sinks, run_dir, checkpoint)
     if native:
         stream = sinks[0].connector.native_frame(stream)
     stateful = stateful_steps(plan)
@@ -178,7 +178,7 @@ def _batch_lowering(plan: Plan, df: DataFrame, run_dir: str) -> Iterator[Lowerin
 
 
 def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str,
-               checkpoint: str | None = None) -> tuple[DataFrame, Any]:
+               checkpoint: str) -> tuple[DataFrame, Any]:
     """The query runs up to ``root``, the stream every sink and operator descends from; each
     micro-batch of the root's rows is then lowered again, inside foreachBatch, down to them.
 
@@ -210,7 +210,8 @@ def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode],
     return stream, dispatch
 
 
-def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str) -> tuple[DataFrame, Any]:
+def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str,
+            checkpoint: str) -> tuple[DataFrame, Any]:
     roots = query_roots(plan)  # the sinks share none: each sink's branch root, each once
     packed = None
     for index, root in enumerate(roots):
@@ -223,6 +224,7 @@ def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str)
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
         with _batch_lowering(plan, df, run_dir) as per_batch:
+            per_batch.batch_id, per_batch.checkpoint = batch_id, checkpoint
             for index, root in enumerate(roots):
                 per_batch.seed(root, df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"))
             _deliver(plan.name, sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
