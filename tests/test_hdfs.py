@@ -173,3 +173,86 @@ def test_a_fresh_run_forgets_the_hdfs_checkpoint_and_its_run_files(spark, state,
     assert rows(out.batches) == [("a", 0, 5, 22), ("a", 20, 1, 9), ("b", 0, 3, 14)]
     assert run._query_id not in old and not old_run_files.exists()
     assert [p.name for p in run_files.glob(f"{NAME}/*")] == [run._query_id]
+
+
+# -- one driver per checkpoint on HDFS (headrace/environment/hdfs_lease.py) -----------------------------
+
+def test_a_second_run_on_a_held_hdfs_checkpoint_is_refused_naming_the_first(spark, state, run_files):
+    import os
+    import re
+
+    from headrace.environment.lease import LeaseHeld
+
+    first, _ = windows()
+    run = PipelineRun(first, state_dir=f"{state}/held", progress="quiet").start()
+    try:
+        second, _ = windows()
+        with pytest.raises(LeaseHeld) as refused:
+            PipelineRun(second, state_dir=f"{state}/held", progress="quiet").start()
+        assert re.fullmatch(
+            rf"pipeline 'on_hdfs' is running already, on the same state \({state}/held/on_hdfs.lease is held by "
+            rf"process {os.getpid()} on \S+, started \S+: '.*', alive \d+\.\d s ago\): one driver runs a checkpoint "
+            r"at a time; stop that run \(Ctrl-C or SIGTERM\), or give this one another state dir", str(refused.value))
+    finally:
+        run.wait(until_exhausted=True)
+    assert "on_hdfs.lease" not in hdfs_names(spark, f"{state}/held")  # given back when the run ended
+    PipelineRun(windows()[0], state_dir=f"{state}/held", progress="quiet").start().wait(until_exhausted=True)
+
+
+def test_a_frozen_driver_is_taken_over_and_fenced_when_it_comes_back(state, run_files, tmp_path):
+    """Driver A runs, then freezes (SIGSTOP of its process group: the JVM, Python, its workers). A
+    second driver started at once is refused, naming A; started once A's heartbeat is older than
+    hdfs_lease.STALE_S, it takes the lease over and goes on from the checkpoint. A, resumed, finds
+    its lease gone: it stops with an error and commits nothing more. Every record is written once."""
+    import json
+    import os
+    import signal
+    import time
+
+    from driver_process import Driver
+    from input_files import write_in_order
+
+    from headrace.connectors.files_sink import read_rows
+    from headrace.environment.hdfs_lease import STALE_S
+
+    folder = tmp_path / "input"
+    folder.mkdir()
+
+    def write_file(number: int) -> None:
+        write_in_order(folder / f"part-{number:02d}.jsonl", "".join(json.dumps({"n": 10 * number + i}) + "\n"
+                                                                      for i in range(3)), number)
+
+    for number in range(2):
+        write_file(number)
+    args = {"name": "leased", "input": str(folder), "state_dir": f"{state}/zombie", "out": str(tmp_path / "out")}
+    script = Path(__file__).resolve().parent / "hdfs_lease_driver.py"
+
+    def written() -> list[int]:
+        return sorted(r["n"] for r in read_rows(args["out"], "jsonl")) if os.path.isdir(args["out"]) else []
+
+    a = Driver(script, args, tmp_path / "a.log")
+    b = None
+    try:
+        a.wait_for("two files written", lambda: len(written()) == 6)
+        os.killpg(a.process.pid, signal.SIGSTOP)
+        refused = Driver(script, args, tmp_path / "refused.log")
+        assert refused.process.wait(180) != 0
+        assert f"held by process {a.process.pid} on " in refused.tail(), refused.tail()
+        time.sleep(max(0.0, STALE_S + 0.5 - 1))  # (the refused driver took a second or more to start)
+        b = Driver(script, args, tmp_path / "b.log")
+        for number in range(2, 4):
+            write_file(number)
+        b.wait_for("four files written", lambda: len(written()) >= 12)
+        os.killpg(a.process.pid, signal.SIGCONT)
+        assert a.process.wait(120) != 0
+        assert "lost its lease" in a.tail() and "fenced" in a.tail(), a.tail()
+        write_file(4)
+        b.wait_for("five files written", lambda: len(written()) >= 15)
+        time.sleep(1)
+        b.stop()
+    finally:
+        for driver in (a, b):
+            if driver is not None:
+                os.killpg(driver.process.pid, signal.SIGCONT) if driver.process.poll() is None else None
+                driver.kill()
+    assert written() == sorted(10 * number + i for number in range(5) for i in range(3))

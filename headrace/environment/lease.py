@@ -10,7 +10,8 @@ holder (process id, host, start time, the command), for the refusal of a second 
 it.
 
 The lock is the local file system's: on one machine, or on a shared file system whose locks
-span machines. A remote state dir (``hdfs://``, ``s3a://``) takes no lease.
+span machines. A state dir on HDFS takes HDFS's own lease (``hdfs_lease.py``); one on an object
+store (``s3a://``, ``gs://``) takes none.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Lease:
                             f"held by {describe(holder)}): one driver runs a checkpoint at a time; stop that run "
                             "(Ctrl-C or SIGTERM), or give this one another state dir") from None
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, json.dumps(_holder()).encode(), 0)
+        os.pwrite(descriptor, json.dumps(holder_record()).encode(), 0)
         self._descriptor = descriptor
 
     def release(self) -> None:
@@ -66,7 +67,7 @@ class Lease:
             self._descriptor = None
 
 
-def _holder() -> dict[str, Any]:
+def holder_record() -> dict[str, Any]:
     return {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:200],
             "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 

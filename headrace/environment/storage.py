@@ -43,7 +43,7 @@ def read_text(path: str) -> str:
     """The text of the file at ``path``; FileNotFoundError when there is none."""
     if not is_remote(path):
         return Path(local_path(path)).read_text()
-    fs, target, spark = _hadoop(path)
+    fs, target, spark = hadoop_file_system(path)
     with _java_errors("read", path):
         stream = fs.open(target)
         try:
@@ -58,7 +58,7 @@ def write_text(path: str, text: str) -> None:
     (written to a temporary file beside it, flushed to disk, then renamed over ``path``)."""
     if not is_remote(path):
         return _write_local(local_path(path), text)
-    fs, target, spark = _hadoop(path)
+    fs, target, spark = hadoop_file_system(path)
     jvm = spark._jvm
     with _java_errors("write", path):
         fs.mkdirs(target.getParent())
@@ -82,7 +82,7 @@ def exists(path: str) -> bool:
     """Whether a file or directory is at ``path``."""
     if not is_remote(path):
         return os.path.exists(local_path(path))
-    fs, target, _ = _hadoop(path)
+    fs, target, _ = hadoop_file_system(path)
     with _java_errors("look for", path):
         return bool(fs.exists(target))
 
@@ -91,7 +91,7 @@ def is_dir(path: str) -> bool:
     """Whether a directory is at ``path``."""
     if not is_remote(path):
         return os.path.isdir(local_path(path))
-    fs, target, _ = _hadoop(path)
+    fs, target, _ = hadoop_file_system(path)
     try:
         with _java_errors("look for", path):
             return bool(fs.getFileStatus(target).isDirectory())
@@ -103,7 +103,7 @@ def list_names(path: str) -> list[str]:
     """The names of the entries of the directory ``path``; FileNotFoundError when there is none."""
     if not is_remote(path):
         return os.listdir(local_path(path))
-    fs, target, _ = _hadoop(path)
+    fs, target, _ = hadoop_file_system(path)
     with _java_errors("list", path):
         return [str(status.getPath().getName()) for status in fs.listStatus(target)]
 
@@ -113,7 +113,7 @@ def delete_tree(path: str) -> None:
     if not is_remote(path):
         shutil.rmtree(local_path(path), ignore_errors=True)
         return
-    fs, target, _ = _hadoop(path)
+    fs, target, _ = hadoop_file_system(path)
     with _java_errors("delete", path):
         fs.delete(target, True)
 
@@ -142,7 +142,7 @@ def _session() -> Any:
     return get_session()
 
 
-def _hadoop(path: str) -> tuple[Any, Any, Any]:
+def hadoop_file_system(path: str) -> tuple[Any, Any, Any]:
     """Hadoop's ``FileSystem`` for ``path``, its ``Path`` and the Spark session they come from."""
     spark = _session()
     target = spark._jvm.org.apache.hadoop.fs.Path(path)

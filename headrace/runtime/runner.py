@@ -27,6 +27,7 @@ from headrace.contract import SourceContext
 from headrace.environment import checkpoints, end_of_time, storage
 from headrace.environment.admission import ADMISSION_FILE, AdmissionControl
 from headrace.environment.checkpoints import pipeline_root, query_id, read_query_id
+from headrace.environment.hdfs_lease import HdfsLease, LeaseLost, takes_hdfs_lease
 from headrace.environment.lease import Lease
 from headrace.environment.session import get_session, spark_log_file
 from headrace.errors import HeadraceError, PlanError
@@ -88,8 +89,10 @@ class PipelineRun:
         self.remote = storage.is_remote(self.root)
         self.run_dir = "" if self.remote else checkpoints.run_dir(self.root, self.plan.name, "")
         self._fresh = fresh
-        # one driver per checkpoint: taken as the run starts, before --fresh deletes anything
+        # one driver per checkpoint: taken as the run starts, before --fresh deletes anything (on
+        # HDFS, once the session runs: HDFS's own lease, checked before each batch's sinks commit)
         self.lease = None if self.remote else Lease(self.state_dir, self.plan.name)
+        self.hdfs_lease = HdfsLease(self.state_dir, self.plan.name) if takes_hdfs_lease(self.state_dir) else None
         self.master = master
         self.display = ProgressDisplay(progress)
         self.trigger_interval = trigger_interval
@@ -131,8 +134,7 @@ class PipelineRun:
         try:
             return self._start()
         except BaseException:
-            if self.lease is not None:
-                self.lease.release()
+            self._release_lease()
             raise
 
     def _start(self) -> PipelineRun:
@@ -143,6 +145,8 @@ class PipelineRun:
             end_of_time.refuse_drained(self.root, self.plan.name)
             verify_restart(self.plan, self.root)  # before Spark starts: refuse a checkpoint this plan cannot continue
         self._spark = get_session(self.master, spark_log_file(self.state_dir), self.plan.spark_packages())
+        if self.hdfs_lease is not None:
+            self.hdfs_lease.acquire()
         if self.remote:  # the same checks and files, through the session's Hadoop file system API
             self._open_remote_state()
         os.makedirs(self.run_dir, exist_ok=True)
@@ -196,7 +200,8 @@ class PipelineRun:
             if not self._stop_asked:
                 record_plan(self.plan, self.root, trigger_interval(self.plan, self.trigger_interval))
                 self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir,
-                                         self.trigger_interval, self._ending)
+                                         self.trigger_interval, self._ending,
+                                         self.hdfs_lease.check if self.hdfs_lease is not None else None)
                 self.display.started()
         except HeadraceError:
             raise
@@ -328,9 +333,18 @@ class PipelineRun:
                 return
             time.sleep(0.05)
 
+    def _release_lease(self) -> None:
+        for lease in (self.lease, self.hdfs_lease):
+            if lease is not None:
+                lease.release()
+
     def _alive(self) -> bool:
         """Whether the query runs. A failed query is restarted when that can help and the
-        restart policy allows it, and its failure raised otherwise."""
+        restart policy allows it, and its failure raised otherwise. A driver that lost its lease
+        on HDFS stops at once."""
+        if self.hdfs_lease is not None and self.hdfs_lease.lost:
+            self._stop_quietly()
+            raise LeaseLost(self.hdfs_lease.lost)
         if self.query.isActive:
             return True
         if self._halted:
@@ -471,8 +485,7 @@ class PipelineRun:
         finally:
             if self._inbox is not None:
                 events.unfollow(self._spark, self._query_id, self._inbox)
-            if self.lease is not None:
-                self.lease.release()
+            self._release_lease()
             self.display.close()
 
     def result(self) -> RunResult:

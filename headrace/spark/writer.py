@@ -49,7 +49,9 @@ _NO_NEXT_TRIGGER = "1 day"
 
 
 def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, asked_interval: str | None,
-                ending: str | None = None) -> Any:
+                ending: str | None = None, guard: Callable[[int], None] | None = None) -> Any:
+    """Start the plan's query. ``guard(batch_id)``, when given, runs before a micro-batch's sinks
+    commit and raises to stop them (a driver fenced off its checkpoint: ``hdfs_lease.py``)."""
     owner = f"{plan.name}@{query_id(checkpoint)}"
     sinks = [_bound(sink, owner) for sink in plan.sinks()]
     for sink in sinks:
@@ -62,16 +64,16 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     native = native_sink_format(plan, sinks[0])
     if has_operators(plan):
         assert root is not None
-        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint)
+        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint, guard)
     elif native or (len(inputs) == 1 and not (root and root in compiled.lowering.raw_outputs)):
         # Spark's own writer writes the query's stream as it is: the sink's frame, never a root
         # stream split per batch (a window processor's raw output has its internal columns)
         stream = frames[sinks[0].name]
-        dispatch = _same_stream(plan.name, sinks)
+        dispatch = _same_stream(plan.name, sinks, guard)
     elif root is not None:
-        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint)
+        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint, guard)
     else:
-        stream, dispatch = _tagged(plan, compiled, sinks, run_dir, checkpoint)
+        stream, dispatch = _tagged(plan, compiled, sinks, run_dir, checkpoint, guard)
     if native:
         stream = sinks[0].connector.native_frame(stream)
     stateful = stateful_steps(plan)
@@ -121,13 +123,15 @@ def _raise_for(sink: SinkNode, exc: Exception, doing: str) -> NoReturn:
 
 
 def _deliver(query: str, sinks: list[SinkNode], batch: DataFrame, batch_id: int,
-             frame_of: Callable[[int, SinkNode], DataFrame]) -> None:
+             frame_of: Callable[[int, SinkNode], DataFrame], guard: Callable[[int], None] | None) -> None:
     """Write a micro-batch to every sink that has not committed it yet.
 
     Spark commits a batch's stateful operators only when the batch is read to its end (4.1+
     fails it otherwise: STATE_STORE_COMMIT_VALIDATION_FAILED). A sink that writes reads its
     rows in full; a batch that every sink committed before (Spark replays the batch a crash
     interrupted) is run once into Spark's noop writer, so the restart goes on."""
+    if guard is not None:
+        guard(batch_id)
     written = 0
     for index, sink in enumerate(sinks):
         try:
@@ -152,12 +156,12 @@ def _deliver(query: str, sinks: list[SinkNode], batch: DataFrame, batch_id: int,
             raise
 
 
-def _same_stream(query: str, sinks: list[SinkNode]) -> Any:
+def _same_stream(query: str, sinks: list[SinkNode], guard: Callable[[int], None] | None) -> Any:
     def dispatch(df: DataFrame, batch_id: int) -> None:
         if len(sinks) > 1:
             df = df.persist()
         try:
-            _deliver(query, sinks, df, batch_id, lambda _index, _sink: df)
+            _deliver(query, sinks, df, batch_id, lambda _index, _sink: df, guard)
         finally:
             if len(sinks) > 1:
                 df.unpersist()
@@ -178,7 +182,7 @@ def _batch_lowering(plan: Plan, df: DataFrame, run_dir: str) -> Iterator[Lowerin
 
 
 def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode], run_dir: str,
-               checkpoint: str) -> tuple[DataFrame, Any]:
+               checkpoint: str, guard: Callable[[int], None] | None) -> tuple[DataFrame, Any]:
     """The query runs up to ``root``, the stream every sink and operator descends from; each
     micro-batch of the root's rows is then lowered again, inside foreachBatch, down to them.
 
@@ -206,12 +210,12 @@ def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode],
             per_batch.seed(root, df)
             for name in operators:  # every window runs and saves its state, even when the sinks have the batch
                 per_batch.frame(name)
-            _deliver(plan.name, sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
+            _deliver(plan.name, sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name), guard)
     return stream, dispatch
 
 
 def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str,
-            checkpoint: str) -> tuple[DataFrame, Any]:
+            checkpoint: str, guard: Callable[[int], None] | None) -> tuple[DataFrame, Any]:
     roots = query_roots(plan)  # the sinks share none: each sink's branch root, each once
     packed = None
     for index, root in enumerate(roots):
@@ -227,5 +231,5 @@ def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str,
             per_batch.batch_id, per_batch.checkpoint = batch_id, checkpoint
             for index, root in enumerate(roots):
                 per_batch.seed(root, df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"))
-            _deliver(plan.name, sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name))
+            _deliver(plan.name, sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name), guard)
     return packed, dispatch
