@@ -38,7 +38,7 @@ _PUBLIC = {
 from headrace.expr import Expr, col, expr, lit  # noqa: E402
 
 _MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
-_SUBMODULES = ("sinks", "sources")
+_SUBMODULES = ("ml", "sinks", "sources")
 
 __all__ = sorted([*_MODULE_OF, *_SUBMODULES, "Expr", "col", "expr", "lit"])
 

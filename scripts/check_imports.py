@@ -37,7 +37,7 @@ LAYERS = (
                        "headrace.storm_joins")),
     ("connector contract", ("headrace.contract",)),
     ("plan", ("headrace.plan",)),
-    ("engine", ("headrace.engine", "headrace.storm")),
+    ("engine", ("headrace.engine", "headrace.storm", "headrace.ml")),
     ("environment", ("headrace.environment",)),
     ("connectors", ("headrace.connectors", "headrace.sources", "headrace.sinks")),
     ("compiler", ("headrace.spark",)),

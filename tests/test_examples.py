@@ -688,3 +688,23 @@ def test_late_bids_prints_what_docs_joins_md_shows_and_a_model_computes(spark, c
     assert [line.split(": {", 1)[0] + ": " for line in late_lines] == [text for _, text in sorted(late)]
     for line in late_lines:  # the record as JSON, its event time as Spark writes a timestamp
         assert "at" in json.loads(line.split(": ", 1)[1]) or "opened" in json.loads(line.split(": ", 1)[1])
+
+
+def test_titanic_scoring_prints_what_docs_ml_md_shows_with_its_acceptance_figures(tmp_path):
+    """``python examples/titanic_scoring.py`` in a new process, as docs/ml.md says to run it: it prints
+    the lines docs/ml.md shows, whose figures meet the lab's thresholds, and nothing on stderr."""
+    pytest.importorskip("sklearn", reason="the ml extra: pip install -e '.[ml]'")
+    env = {**os.environ, "HEADRACE_STATE_DIR": str(tmp_path), "PYSPARK_PYTHON": sys.executable}
+    result = subprocess.run([sys.executable, "examples/titanic_scoring.py"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "", result.stderr
+    doc = (ROOT / "docs" / "ml.md").read_text()
+    shown = doc.split("prints:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    printed = result.stdout.splitlines()
+    assert printed == shown
+    auc, accuracy = (float(x) for x in re.findall(r"AUC ([\d.]+), accuracy ([\d.]+)", printed[1])[0])
+    assert auc >= 0.80 and accuracy >= 0.75
+    assert printed[0] == "held-out passengers: 263" and printed[2].startswith("scored in the stream: 263 passengers")
+    difference, differing = re.findall(r"predict_proba: ([\d.e+-]+); predictions that differ: (\d+)", printed[3])[0]
+    assert float(difference) <= 1e-12 and differing == "0"

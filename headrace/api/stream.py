@@ -7,6 +7,7 @@ until the pipeline runs.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,7 @@ from headrace.plan.nodes import (
     Node,
     PythonStep,
     RollingAggregateNode,
+    ScoreNode,
     SinkNode,
     SourceNode,
     SqlFunction,
@@ -545,6 +547,40 @@ class Stream:
             schema = tuple(self.node.schema) + tuple((n, t) for n, t in table_schema if n not in keys)
         return self._follow(JoinNode(step, (self.node.name, table.node.name), where, schema, self.node.event_time,
                                      on=keys, how=how))
+
+    def score(self, registry: str, *, features: Sequence[str] | None = None, name: str | None = None) -> Stream:
+        """Score each record with the newest model version published in ``registry``
+        (``hr.ml.publish``), chosen per micro-batch and kept in the checkpoint, so a replayed
+        batch is scored with the same version and a newly published one takes over from the
+        next batch. Adds ``score``, ``prediction`` and ``model_version``. ``features``: the
+        record's fields the model reads, in order (default: the names it was published with).
+        See docs/ml.md."""
+        from headrace.ml import registry as models
+        from headrace.ml.scoring import MODEL_VERSION, PREDICTION, SCORE
+
+        step = self.pipeline._name(name, "score")
+        where = user_location()
+        folder = os.path.abspath(os.fspath(registry))
+        version = models.latest_version(folder)
+        if version is None:
+            raise self._fail(step, where, f"the registry {folder} holds no model: publish one with "
+                                          "hr.ml.publish(registry, model, features) before building the pipeline")
+        published = models.manifest(folder, version)
+        read = list(features) if features is not None else published.feature_names
+        if read != published.feature_names:
+            raise self._fail(step, where, f"the model (version {version} in {folder}) reads "
+                                          f"{', '.join(published.feature_names)}, in that order; features= names "
+                                          f"{', '.join(read)}")
+        self._check_columns(step, where, read, "feature")
+        added = (SCORE, PREDICTION, MODEL_VERSION)
+        taken = [n for n, _ in self.node.schema or () if n in added]
+        if taken:
+            raise self._fail(step, where, f"the stream already has a field {taken[0]!r}, which the score step adds "
+                                          f"({', '.join(added)}); rename it first (select or with_columns)")
+        schema = (None if self.node.schema is None else
+                  (*self.node.schema, (SCORE, "double"), (PREDICTION, published.prediction), (MODEL_VERSION, "long")))
+        return self._follow(ScoreNode(step, (self.node.name,), where, schema, self.node.event_time, self.node.keys,
+                                      registry=folder, features=tuple(read), prediction=published.prediction))
 
     def dedupe(self, keys: str | Sequence[str], *, within: Any = None, keep: str = "first",
                name: str | None = None) -> Stream:

@@ -424,3 +424,21 @@ class SqlNode(Node):
     def summary(self) -> str:
         text = " ".join(self.query.split())
         return f"SQL {self.shape}: {text if len(text) <= 72 else text[:69] + '...'}"
+
+
+@dataclass(frozen=True)
+class ScoreNode(Node):
+    """Each record scored by the newest model version of a registry (``headrace/ml``), the version
+    chosen per micro-batch and kept in the checkpoint; adds ``score``, ``prediction`` and
+    ``model_version`` to the record."""
+
+    kind: ClassVar[str] = "score"
+    registry: str = ""
+    features: tuple[str, ...] = ()
+    prediction: str = "double"  # the Spark type of the predictions (the registry's manifest)
+
+    def params(self) -> dict[str, Any]:
+        return {"registry": self.registry, "features": list(self.features), "prediction": self.prediction}
+
+    def summary(self) -> str:
+        return f"score with the newest model in {self.registry} (features {', '.join(self.features)})"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from headrace.errors import step_error
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import Node
+from headrace.plan.nodes import Node, PortNode
 from headrace.spark.specs import spec_of
 
 
@@ -69,14 +69,15 @@ def check_operators(plan: Plan) -> None:
     for node in plan.nodes.values():
         if not spec_of(node).per_batch and not spec_of(node).batch_only:
             upstream = plan.upstream(node.name)
-            below = [n for n in plan.nodes.values() if n.name in upstream and spec_of(n).own_state]
+            below = [n for n in plan.nodes.values() if n.name in upstream and spec_of(n).batch_only
+                     and not isinstance(n, PortNode)]
             if below:
+                what = spec_of(below[-1]).label
                 raise step_error(node.name, node.defined_at,
-                                 f"this step reads the output of operator {below[-1].name!r} ({below[-1].defined_at}); "
-                                 "operators run in each micro-batch after Spark's streaming query, and a "
+                                 f"this step reads the output of {what} {below[-1].name!r} ({below[-1].defined_at}); "
+                                 f"{what}s run in each micro-batch after Spark's streaming query, and a "
                                  f"{node.kind.replace('_', ' ')} step runs inside that query; put it before the "
-                                 "operator, do it in an operator, or sink the operator's output and continue in "
-                                 "another pipeline")
+                                 f"{what}, or sink the {what}'s output and continue in another pipeline")
     if shared_root(plan) is None:
         first = batch_only[0]
         raise step_error(first.name, first.defined_at,

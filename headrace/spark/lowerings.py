@@ -19,6 +19,7 @@ from headrace.spark.join_lowering import SPARK_HOW, join_late_records, lower_str
 from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
 from headrace.spark.process_lowering import lower_process
 from headrace.spark.rolling import lower_rolling
+from headrace.spark.score_lowering import lower_score
 from headrace.spark.specs import folds_in_python, native_sink_format, python_chains, window_needs_processor
 from headrace.spark.sql import lower_sql, sql_lowered_as
 from headrace.spark.watermarks import WatermarkPlacement
@@ -135,6 +136,8 @@ LOWERINGS: dict[type[Node], KindLowering] = {
     nodes.SinkNode: KindLowering(stateless.lower_sink, _sink_lowered_as),
     nodes.OperatorNode: KindLowering(lower_operator, _operator_lowered_as),
     nodes.PortNode: KindLowering(lower_port, "rows of the port's schema (fused Arrow stage in each micro-batch)"),
+    nodes.ScoreNode: KindLowering(lower_score, "the newest model version of the registry, chosen per micro-batch "
+                                               "and kept in the checkpoint (Arrow batches in Spark's Python workers)"),
     nodes.SqlNode: KindLowering(lower_sql, sql_lowered_as),  # every shape of query (headrace/plan/sql_query.py)
 }
 

@@ -304,6 +304,8 @@ _SPECS: dict[type[Node], NodeSpec] = {
         state_lost="the state its instances saved beside the checkpoint would be lost",
         starts_fresh="a new operator starts with the state its constructor gives it"),
     nodes.PortNode: NodeSpec(per_batch=True, batch_only=True),
+    # scores each micro-batch with the model version recorded for its batch id (score_lowering.py)
+    nodes.ScoreNode: NodeSpec(per_batch=True, batch_only=True, label="score step"),
     # a record whose shape this version does not know counts as stateful (its query may aggregate)
     nodes.SqlNode: NodeSpec(stateful=True, label="SQL step", compare_state=state_changes.compare_sql,
                             variant_by="shape", variants=SQL_SPECS),

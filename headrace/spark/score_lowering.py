@@ -1,0 +1,74 @@
+"""A score step (``stream.score``), lowered in each micro-batch inside foreachBatch, where the
+batch id is known.
+
+The model version a micro-batch is scored with is chosen once, when the batch first runs: the
+registry's newest, written to ``<checkpoint>/models/<step>/<batch id>`` before any record is
+scored. A batch that runs again (a restart replays the batch a crash interrupted) reads that
+file, so it is scored with the same version, whatever was published since; a newer version
+takes over from the next new micro-batch, without a restart. The records are scored in Spark's
+Python workers, an Arrow batch at a time (``headrace/ml/scoring.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
+
+from headrace.environment import storage
+from headrace.errors import StepFunctionError
+from headrace.ml import registry
+from headrace.ml.scoring import MODEL_VERSION, PREDICTION, SCORE, score_batches
+from headrace.plan.nodes import ScoreNode
+
+if TYPE_CHECKING:
+    from headrace.spark.compilation import Compilation
+
+MODELS_DIR = "models"
+KEPT_BATCHES = 100  # the version files of this many batches back are kept (Spark keeps as many offsets)
+
+
+def lower_score(node: ScoreNode, lowering: Compilation) -> DataFrame:
+    if lowering.batch_id is None or lowering.checkpoint is None:
+        raise AssertionError(f"score step {node.name!r} is lowered outside a micro-batch")
+    version = batch_version(node, lowering.checkpoint, lowering.batch_id)
+    df = lowering.input(node)
+    schema = (f"{', '.join(f'`{name}` {kind}' for name, kind in df.dtypes)}, {SCORE} double, "
+              f"{PREDICTION} {node.prediction}, {MODEL_VERSION} bigint")
+    score = functools.partial(score_batches, registry=node.registry, version=version,
+                              features=list(node.features), prediction=node.prediction)
+    return df.mapInArrow(score, schema)
+
+
+def batch_version(node: ScoreNode, checkpoint: str, batch_id: int) -> int:
+    """The version micro-batch ``batch_id`` is scored with: the one recorded for it, else the
+    registry's newest, recorded now."""
+    folder = storage.join(checkpoint, MODELS_DIR, node.name)
+    recorded = storage.join(folder, str(batch_id))
+    try:
+        return int(storage.read_text(recorded))
+    except FileNotFoundError:
+        pass
+    version = registry.latest_version(node.registry)
+    if version is None:
+        raise StepFunctionError(f"score step '{node.name}' ({node.defined_at}): the registry {node.registry} holds "
+                                "no model: publish one with hr.ml.publish(...)")
+    check_version(node, version)
+    storage.write_text(recorded, str(version))
+    old = storage.join(folder, str(batch_id - KEPT_BATCHES))
+    if batch_id >= KEPT_BATCHES and storage.exists(old):
+        storage.delete_tree(old)
+    return version
+
+
+def check_version(node: ScoreNode, version: int) -> None:
+    """Refuse a version the step's output cannot take: its features or its prediction's type
+    differ from those the pipeline was built with."""
+    found = registry.manifest(node.registry, version)
+    if found.feature_names != list(node.features) or found.prediction != node.prediction:
+        raise StepFunctionError(
+            f"score step '{node.name}' ({node.defined_at}): model version {version} in {node.registry} reads "
+            f"{', '.join(found.feature_names)} and predicts {found.prediction}, but the pipeline was built for a "
+            f"model that reads {', '.join(node.features)} and predicts {node.prediction}; publish a model of the "
+            "same features and kind of prediction, or start the pipeline again to score with the new one")

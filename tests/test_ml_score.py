@@ -1,0 +1,137 @@
+"""The score step (docs/ml.md): records scored as scikit-learn scores them in one batch, a model
+published while the pipeline runs taken from the next micro-batch, a replayed micro-batch scored
+with the version recorded for it, and what is refused when the pipeline is built."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import headrace as hr
+from headrace.runtime.runner import PipelineRun
+from headrace.testing import TestSink, TestSource
+
+sklearn = pytest.importorskip("sklearn", reason="the ml extra: pip install -e '.[ml]'")
+from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
+
+SCHEMA = {"id": "long", "x": "double", "y": "double"}
+ROWS = [{"id": i, "x": (i * 37 % 101) / 10 - 5, "y": (i * 53 % 97) / 10 - 4.5} for i in range(60)]
+BATCHES = [ROWS[:20], ROWS[20:40], ROWS[40:]]
+
+
+def trained(flip: bool = False) -> LogisticRegression:
+    """A classifier of the sign of x + y (of its opposite, flipped)."""
+    frame = pd.DataFrame(ROWS)[["x", "y"]]
+    labels = ((frame["x"] + frame["y"] > 0) != flip).astype(int)
+    return LogisticRegression().fit(frame, labels)
+
+
+def expected(model: LogisticRegression, rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    frame = pd.DataFrame(rows)[["x", "y"]]
+    return model.predict_proba(frame)[:, 1], model.predict(frame)
+
+
+def scored(registry: Path, name: str) -> tuple[hr.Pipeline, TestSink]:
+    p = hr.Pipeline(name)
+    out = TestSink()
+    p.source("points", TestSource(BATCHES, schema=SCHEMA)).score(str(registry)).sink("out", out)
+    return p, out
+
+
+def test_a_stream_is_scored_as_the_model_scores_the_rows_in_one_batch(spark, tmp_path):
+    model = trained()
+    assert hr.ml.publish(tmp_path / "models", model, pd.DataFrame(ROWS)[["x", "y"]], metrics={"auc": 1.0}) == 1
+    manifest = hr.ml.manifest(str(tmp_path / "models"), 1)
+    assert manifest.features == (("x", "double"), ("y", "double")) and manifest.prediction == "long"
+    p, out = scored(tmp_path / "models", "scored")
+    assert "score   score with the newest model in" in p.explain()
+    hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet")
+    rows = sorted(out.rows(), key=lambda r: r["id"])
+    score, prediction = expected(model, ROWS)
+    assert [r["id"] for r in rows] == [r["id"] for r in ROWS]
+    assert max(abs(r["score"] - s) for r, s in zip(rows, score)) <= 1e-12
+    assert [r["prediction"] for r in rows] == prediction.tolist()
+    assert {r["model_version"] for r in rows} == {1}
+
+
+def test_a_version_published_while_running_scores_the_next_batch_and_a_replay_keeps_its_version(spark, tmp_path):
+    registry, state = tmp_path / "models", str(tmp_path / "state")
+    first, second, third = trained(), trained(flip=True), LogisticRegression(C=0.01).fit(
+        pd.DataFrame(ROWS)[["x", "y"]], [r["id"] % 2 for r in ROWS])
+    hr.ml.publish(registry, first, {"x": "double", "y": "double"})
+    p, out = scored(registry, "hot_swap")
+    settled: list[int] = []
+
+    def publish_after_the_first_batch(run: PipelineRun) -> None:
+        settled.append(1)
+        if len(settled) == 1:
+            hr.ml.publish(registry, second, {"x": "double", "y": "double"})
+
+    PipelineRun(p, state_dir=state, progress="quiet").start().wait(until_exhausted=True,
+                                                                   on_settled=publish_after_the_first_batch)
+    by_version = {1: first, 2: second}
+    versions = [sorted({r["model_version"] for r in batch}) for _, batch in sorted(out.batches.items()) if batch]
+    assert versions == [[1], [2], [2]]
+    for batch in out.batches.values():
+        for row in batch:
+            score, _ = expected(by_version[row["model_version"]], [row])
+            assert abs(row["score"] - score[0]) <= 1e-12
+
+    # the last micro-batch runs again (its commit lost, as a kill after the sink's write leaves it): it is
+    # scored with the version recorded for it, not the one published since
+    hr.ml.publish(registry, third, {"x": "double", "y": "double"})
+    commits = sorted(Path(state).glob("**/checkpoint/commits/[0-9]*"), key=lambda f: int(f.name))
+    replayed = int(commits[-1].name)
+    commits[-1].unlink()
+    again, out_again = scored(registry, "hot_swap")
+    PipelineRun(again, state_dir=state, progress="quiet").start().wait(until_exhausted=True)
+    assert list(out_again.batches) == [replayed]
+    assert out_again.batches[replayed] == out.batches[replayed]
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda s, registry: s.score(registry + "/none"),
+     r"step 'score' \(test_ml_score.py:\d+\): the registry \S+/none holds no model: publish one with "
+     r"hr.ml.publish\(registry, model, features\) before building the pipeline"),
+    (lambda s, registry: s.score(registry, features=["y", "x"]),
+     r"the model \(version 1 in \S+\) reads x, y, in that order; features= names y, x"),
+    (lambda s, registry: s.select("id", "x").score(registry),
+     r"unknown feature 'y'; the stream from 'select' has id, x"),
+    (lambda s, registry: s.select("id", "x", "y", score=hr.col("x")).score(registry),
+     r"the stream already has a field 'score', which the score step adds \(score, prediction, model_version\)"),
+])
+def test_a_score_step_the_registry_cannot_serve_is_refused_when_the_pipeline_is_built(tmp_path, build, message):
+    hr.ml.publish(tmp_path / "models", LinearRegression().fit(pd.DataFrame(ROWS)[["x", "y"]], [r["id"] for r in ROWS]),
+                  {"x": "double", "y": "double"})
+    p = hr.Pipeline("refused_score")
+    with pytest.raises(hr.PlanError) as refused:
+        build(p.source("points", TestSource(BATCHES, schema=SCHEMA)), str(tmp_path / "models"))
+    assert re.search(message, str(refused.value)), str(refused.value)
+
+
+def test_a_stateful_step_after_a_score_step_is_refused_with_the_reason(tmp_path):
+    hr.ml.publish(tmp_path / "models", trained(), {"x": "double", "y": "double"})
+    p = hr.Pipeline("score_then_window")
+    timed = {**SCHEMA, "ts": "timestamp"}
+    points = p.source("points", TestSource(BATCHES, schema=timed), event_time="ts")
+    scored_points = points.score(str(tmp_path / "models"))
+    scored_points.key_by("prediction").window(hr.Tumbling("10s"), name="per_class").count().sink("out", TestSink())
+    with pytest.raises(hr.PlanError) as refused:
+        p.validate()
+    assert re.fullmatch(r"step 'per_class' \(test_ml_score.py:\d+\): this step reads the output of score step 'score' "
+                        r"\(test_ml_score.py:\d+\); score steps run in each micro-batch after Spark's streaming query, "
+                        r"and a window aggregate step runs inside that query; put it before the score step, or sink "
+                        r"the score step's output and continue in another pipeline", str(refused.value)), \
+        str(refused.value)
+
+
+def test_publish_refuses_what_it_cannot_serve(tmp_path):
+    with pytest.raises(hr.PlanError, match="the model must have a predict method"):
+        hr.ml.publish(tmp_path, object(), {"x": "double"})
+    with pytest.raises(hr.PlanError, match="features must be a pandas DataFrame of training rows or a mapping"):
+        hr.ml.publish(tmp_path, trained(), ["x", "y"])
+    assert hr.ml.versions(str(tmp_path)) == []
