@@ -1,7 +1,7 @@
-"""The Titanic lab: train a model on history with scikit-learn, publish it to a model registry,
-score a stream of passengers with it in headrace, and check the streamed scores against the
-model's own on the same rows. docs/ml.md shows it. Needs the ml extra (scikit-learn and the
-Titanic data of bokeh_sampledata): pip install -e '.[ml]'
+"""The Titanic lab: train a model on history with scikit-learn, and another with Spark MLlib,
+publish each to a model registry, score a stream of passengers with each in headrace, and check
+the streamed scores against each model's own on the same rows. docs/ml.md shows it. Needs the
+ml extra (scikit-learn and the Titanic data of bokeh_sampledata): pip install -e '.[ml]'
 
     python examples/titanic_scoring.py
 """
@@ -21,6 +21,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder
 
 import headrace as hr
+from headrace.environment.session import get_session
 from headrace.testing import TestSink, run_to_completion
 
 FEATURES = ["class", "sex", "age"]
@@ -52,19 +53,60 @@ for part, rows in enumerate([held_out.iloc[:half], held_out.iloc[half:]]):
             out.write(json.dumps({"passenger": row["passenger"], "class": row["class"], "sex": row["sex"],
                                   "age": age}) + "\n")
 
-pipeline = hr.Pipeline("titanic_scoring")
-(pipeline.source("passengers", hr.sources.Files(os.path.join(work, "in"), schema="passenger long, class string, "
-                                                "sex string, age double", bounded=True))
- .score(registry)
- .sink("scores", TestSink()))
 
-if __name__ == "__main__":
-    scored = {row["passenger"]: row for row in run_to_completion(pipeline)["scores"]}
+
+def scoring(name: str) -> hr.Pipeline:
+    """The held-out passengers' files, scored with the registry's newest model."""
+    pipeline = hr.Pipeline(name)
+    (pipeline.source("passengers", hr.sources.Files(os.path.join(work, "in"), schema="passenger long, "
+                                                    "class string, sex string, age double", bounded=True))
+     .score(registry)
+     .sink("scores", TestSink()))
+    return pipeline
+
+
+pipeline = scoring("titanic_sklearn")  # headrace explain examples/titanic_scoring.py shows it
+
+
+def report(scored: dict, expected: np.ndarray, predictions: np.ndarray, of: str) -> None:
     streamed = np.array([scored[p]["score"] for p in held_out["passenger"]])
     predicted = np.array([scored[p]["prediction"] for p in held_out["passenger"]])
-    print(f"held-out passengers: {len(held_out)}")
-    print(f"scikit-learn on them: AUC {auc:.3f}, accuracy {accuracy:.3f}")
     print(f"scored in the stream: {len(scored)} passengers by model version "
           f"{', '.join(str(v) for v in sorted({row['model_version'] for row in scored.values()}))}")
-    print(f"largest difference from predict_proba: {np.abs(streamed - expected).max():.1e}; "
-          f"predictions that differ: {int((predicted != model.predict(held_out[FEATURES])).sum())}")
+    print(f"largest difference from {of}: {np.abs(streamed - expected).max():.1e}; "
+          f"predictions that differ: {int((predicted != predictions).sum())}")
+
+
+if __name__ == "__main__":
+    print(f"held-out passengers: {len(held_out)}")
+    print(f"scikit-learn on them: AUC {auc:.3f}, accuracy {accuracy:.3f}")
+    scored = {row["passenger"]: row for row in run_to_completion(pipeline)["scores"]}
+    report(scored, expected, model.predict(held_out[FEATURES]), "predict_proba")
+
+    # 4. the same with Spark MLlib: a PipelineModel, published as version 2, scored by Spark itself
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import LogisticRegression as SparkLogisticRegression
+    from pyspark.ml.feature import Imputer, StringIndexer, VectorAssembler
+    from pyspark.ml.feature import OneHotEncoder as SparkOneHotEncoder
+    from pyspark.ml.functions import vector_to_array
+
+    spark = get_session()
+    columns = ["passenger", "class", "sex", "age", "survived"]
+    train_frame = spark.createDataFrame(train[columns].astype(object).where(train[columns].notna(), None))
+    held_out_frame = spark.createDataFrame(held_out[columns].astype(object).where(held_out[columns].notna(), None))
+    mllib = Pipeline(stages=[
+        StringIndexer(inputCols=["class", "sex"], outputCols=["class_index", "sex_index"]),
+        SparkOneHotEncoder(inputCols=["class_index", "sex_index"], outputCols=["class_vector", "sex_vector"]),
+        Imputer(inputCols=["age"], outputCols=["age_filled"], strategy="median"),
+        VectorAssembler(inputCols=["class_vector", "sex_vector", "age_filled"], outputCol="features"),
+        SparkLogisticRegression(labelCol="survived", maxIter=100)]).fit(train_frame)
+    own = {r["passenger"]: r for r in mllib.transform(held_out_frame).select(
+        "passenger", vector_to_array("probability")[1].alias("score"), "prediction").collect()}
+    own_scores = np.array([own[p]["score"] for p in held_out["passenger"]])
+    own_predictions = np.array([own[p]["prediction"] for p in held_out["passenger"]])
+    spark_auc = roc_auc_score(held_out["survived"], own_scores)
+    spark_accuracy = accuracy_score(held_out["survived"], own_predictions)
+    hr.ml.publish(registry, mllib, train_frame.select(*FEATURES), metrics={"auc": spark_auc})
+    print(f"Spark MLlib on them: AUC {spark_auc:.3f}, accuracy {spark_accuracy:.3f}")
+    scored = {row["passenger"]: row for row in run_to_completion(scoring("titanic_mllib"))["scores"]}
+    report(scored, own_scores, own_predictions, "the model's own probability")

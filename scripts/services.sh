@@ -4,7 +4,7 @@
 # (scripts/postgres_logical.sh); Spark's Kafka connector jars
 # (scripts/fetch_jars.sh) and one Apache Kafka broker on 127.0.0.1:9092 (scripts/kafka.sh); Redis on
 # 127.0.0.1:6379 (scripts/redis.sh); NATS with JetStream on 127.0.0.1:4222 (scripts/nats.sh); Mosquitto
-# (MQTT) on 127.0.0.1:1883 (scripts/mosquitto.sh); Chromium for the web UI's tests (Debian's package).
+# (MQTT) on 127.0.0.1:1883 (scripts/mosquitto.sh); Chromium for the web UI's tests and a native BLAS for Spark MLlib (Debian's packages).
 # Safe to run any number of times.
 # Exits non-zero, saying why, when a service cannot be had (then its tests skip, or fail in CI).
 set -euo pipefail
@@ -93,6 +93,17 @@ install_chromium() {  # tests/test_ui.py drives the web UI in a headless Chromiu
   say "Chromium is installed: $(command -v chromium)"
 }
 
+install_native_blas() {  # Spark MLlib (examples/titanic_scoring.py) prints a line on stderr without one
+  if ldconfig -p 2>/dev/null | grep -q "libblas.so.3 "; then say "a native BLAS is installed (libblas.so.3)"; return 0; fi
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    say "no native BLAS (libblas.so.3), and only root can apt-get install libblas3 here"; return 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libblas3 >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libblas3 >/dev/null; } \
+    || { say "apt-get install libblas3 failed"; return 1; }
+  say "a native BLAS is installed (libblas.so.3)"
+}
+
 here=$(dirname "$0")
 status=0
 if start_postgres; then ensure_database test || status=1; else status=1; fi
@@ -104,4 +115,5 @@ if url=$(bash "$here/mosquitto.sh" start); then say "Mosquitto (MQTT) is up on $
 if url=$(bash "$here/nats.sh" start); then say "NATS (JetStream) is up on $url"; else status=1; fi
 if url=$(bash "$here/rabbitmq.sh" start); then say "RabbitMQ (streams) is up on $url"; else status=1; fi
 install_chromium || status=1
+install_native_blas || status=1
 exit "$status"

@@ -93,6 +93,30 @@ def test_a_version_published_while_running_scores_the_next_batch_and_a_replay_ke
     assert out_again.batches[replayed] == out.batches[replayed]
 
 
+def test_a_spark_mllib_pipeline_model_scores_in_spark_as_it_transforms_the_rows_in_one_batch(spark, tmp_path):
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import LogisticRegression as SparkLogisticRegression
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.ml.functions import vector_to_array
+
+    frame = spark.createDataFrame([(r["id"], r["x"], r["y"], float(r["x"] + r["y"] > 0)) for r in ROWS],
+                                  "id long, x double, y double, label double")
+    model = Pipeline(stages=[VectorAssembler(inputCols=["x", "y"], outputCol="features"),
+                             SparkLogisticRegression(maxIter=20)]).fit(frame)
+    assert hr.ml.publish(tmp_path / "models", model, frame.select("x", "y")) == 1
+    manifest = hr.ml.manifest(str(tmp_path / "models"), 1)
+    assert (manifest.flavor, manifest.features, manifest.prediction) == ("spark", (("x", "double"), ("y", "double")),
+                                                                        "double")
+    p, out = scored(tmp_path / "models", "scored_by_spark")
+    hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet")
+    rows = {r["id"]: r for r in out.rows()}
+    batch = model.transform(frame).select("id", vector_to_array("probability")[1].alias("p"), "prediction").collect()
+    assert sorted(rows) == sorted(r["id"] for r in ROWS)
+    assert max(abs(rows[r["id"]]["score"] - r["p"]) for r in batch) <= 1e-12
+    assert all(rows[r["id"]]["prediction"] == r["prediction"] for r in batch)
+    assert {r["model_version"] for r in rows.values()} == {1}
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda s, registry: s.score(registry + "/none"),
      r"step 'score' \(test_ml_score.py:\d+\): the registry \S+/none holds no model: publish one with "
@@ -132,6 +156,11 @@ def test_a_stateful_step_after_a_score_step_is_refused_with_the_reason(tmp_path)
 def test_publish_refuses_what_it_cannot_serve(tmp_path):
     with pytest.raises(hr.PlanError, match="the model must have a predict method"):
         hr.ml.publish(tmp_path, object(), {"x": "double"})
-    with pytest.raises(hr.PlanError, match="features must be a pandas DataFrame of training rows or a mapping"):
+    from pyspark.ml.feature import VectorAssembler
+
+    with pytest.raises(hr.PlanError, match="a Spark MLlib model is published as a fitted pyspark.ml PipelineModel"):
+        hr.ml.publish(tmp_path, VectorAssembler(inputCols=["x"], outputCol="v"), {"x": "double"})
+    with pytest.raises(hr.PlanError, match=r"features must be a DataFrame of training rows \(pandas or Spark\) or a "
+                                           r"mapping"):
         hr.ml.publish(tmp_path, trained(), ["x", "y"])
     assert hr.ml.versions(str(tmp_path)) == []

@@ -725,6 +725,41 @@ class KeyedStream(Stream):
         return self._stage(KeyedProcessNode(step, (self.node.name,), where, output, timed, fn=fn))
 
 
+    def learn(self, model_factory: Callable[[], Any], *, label: str, features: Sequence[str] | None = None,
+              metric: Callable[[], Any] | None = None, drift: bool = False, name: str | None = None) -> Stream:
+        """Online learning per key (docs/ml.md): a River model per key, made by
+        ``model_factory()``, predicts each record's ``label`` from its ``features`` (default:
+        every field but the keys, the label and the event time), then learns from it, in event-
+        time order. Emits the keys, the event time, the label, ``prediction``, ``metric`` (prequential: River's
+        ``metric()``, default accuracy, or mean absolute error for a ``double`` label),
+        ``drift`` (ADWIN on the error, a rise only; with ``drift=True``) and ``seen``."""
+        from headrace.ml.online import DRIFT, METRIC, PREDICTION, SEEN, OnlineLearner
+
+        step = self.pipeline._name(name, "learn")
+        where = user_location()
+        try:
+            from river import metrics
+        except ImportError:
+            raise self._fail(step, where, "learn needs River: pip install river (or headrace's ml extra)") from None
+        if not callable(model_factory):
+            raise self._fail(step, where, f"learn needs a function that makes a River model, e.g. "
+                                          f"lambda: linear_model.LogisticRegression(), got {model_factory!r}")
+        self._check_columns(step, where, [label], "label field")
+        known = dict(self.node.schema or ())
+        read = list(features) if features is not None else [
+            n for n in known if n not in (*self.keys, label, self.node.event_time)]
+        self._check_columns(step, where, read, "feature")
+        label_type = known.get(label, UNKNOWN)
+        if label_type == UNKNOWN:
+            raise self._fail(step, where, f"the label field {label!r} needs a known type; declare the stream's schema")
+        measure = metric or (metrics.MAE if label_type == "double" else metrics.Accuracy)
+        time = self.node.event_time
+        schema = {**{k: known.get(k, "string") for k in self.keys}, **({time: "timestamp"} if time else {}),
+                  label: label_type, PREDICTION: label_type, METRIC: "double", DRIFT: "boolean", SEEN: "long"}
+        learner = OnlineLearner(model_factory, label, read, measure, drift, list(self.keys), time)
+        return self.process(learner, schema=schema, name=step)
+
+
 class WindowedStream:
     """A keyed (or whole) stream grouped into event-time windows; aggregate it to get a stream."""
 

@@ -86,6 +86,8 @@ class ProcessLogic:
         if not ended:  # at the end, the last records (an earlier step's, released by the end) come first
             self._fire_due(state, watermark, now)
         process = self.fn.process
+        if getattr(self.fn, "records_in_event_time_order", False):  # stable: arrival order within a time
+            records = sorted(records, key=lambda entry: (entry[1] is not None, entry[1] or 0))
         for key, timestamp, record in records:
             ctx.key, ctx.timestamp = key, timestamp
             self._call(state, key, lambda record=record: process(record, ctx), "process", record)

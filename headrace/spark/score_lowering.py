@@ -5,16 +5,18 @@ The model version a micro-batch is scored with is chosen once, when the batch fi
 registry's newest, written to ``<checkpoint>/models/<step>/<batch id>`` before any record is
 scored. A batch that runs again (a restart replays the batch a crash interrupted) reads that
 file, so it is scored with the same version, whatever was published since; a newer version
-takes over from the next new micro-batch, without a restart. The records are scored in Spark's
-Python workers, an Arrow batch at a time (``headrace/ml/scoring.py``).
+takes over from the next new micro-batch, without a restart. A scikit-learn model scores the
+records in Spark's Python workers, an Arrow batch at a time (``headrace/ml/scoring.py``); a Spark
+MLlib PipelineModel scores them in Spark itself, loaded once by the driver.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from headrace.environment import storage
 from headrace.errors import StepFunctionError
@@ -29,11 +31,16 @@ MODELS_DIR = "models"
 KEPT_BATCHES = 100  # the version files of this many batches back are kept (Spark keeps as many offsets)
 
 
+_SPARK_MODELS: dict[tuple[str, int], Any] = {}  # (registry, version) -> a PipelineModel, loaded once by the driver
+
+
 def lower_score(node: ScoreNode, lowering: Compilation) -> DataFrame:
     if lowering.batch_id is None or lowering.checkpoint is None:
         raise AssertionError(f"score step {node.name!r} is lowered outside a micro-batch")
     version = batch_version(node, lowering.checkpoint, lowering.batch_id)
     df = lowering.input(node)
+    if registry.manifest(node.registry, version).flavor == registry.SPARK:
+        return _spark_scored(df, node, version)
     schema = (f"{', '.join(f'`{name}` {kind}' for name, kind in df.dtypes)}, {SCORE} double, "
               f"{PREDICTION} {node.prediction}, {MODEL_VERSION} bigint")
     score = functools.partial(score_batches, registry=node.registry, version=version,
@@ -72,3 +79,23 @@ def check_version(node: ScoreNode, version: int) -> None:
             f"{', '.join(found.feature_names)} and predicts {found.prediction}, but the pipeline was built for a "
             f"model that reads {', '.join(node.features)} and predicts {node.prediction}; publish a model of the "
             "same features and kind of prediction, or start the pipeline again to score with the new one")
+
+
+def _spark_scored(df: DataFrame, node: ScoreNode, version: int) -> DataFrame:
+    """A Spark MLlib PipelineModel's scores, computed by Spark itself (no Python): its
+    ``probability`` of the second class of two (of the class it predicts, of more), else its
+    ``prediction``."""
+    from pyspark.ml.functions import vector_to_array
+
+    key = (node.registry, version)
+    if key not in _SPARK_MODELS:
+        _SPARK_MODELS[key] = registry.load_model(node.registry, version)
+    scored = _SPARK_MODELS[key].transform(df)
+    if "probability" in scored.columns:
+        probabilities = vector_to_array(F.col("probability"))
+        score = F.when(F.size(probabilities) == 2, probabilities[1]).otherwise(F.array_max(probabilities))
+    else:
+        score = F.col("prediction").cast("double")
+    return scored.select(*[F.col(f"`{name}`") for name in df.columns], score.alias(SCORE),
+                         F.col("prediction").cast("double").alias(PREDICTION),
+                         F.lit(version).cast("long").alias(MODEL_VERSION))

@@ -1,0 +1,142 @@
+"""Online learning per key (``keyed.learn``, docs/ml.md) against River run alone in plain Python
+on the same records: predictions, the prequential metric, the drift flag and the records seen,
+in event-time order per key and micro-batch, also across a SIGKILL of the driver."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from input_files import write_in_order
+
+import headrace as hr
+from headrace.testing import TestSink, TestSource, run_to_completion
+
+river = pytest.importorskip("river", reason="the ml extra: pip install -e '.[ml]'")
+from river import drift as river_drift  # noqa: E402
+from river import linear_model, metrics  # noqa: E402
+
+SCHEMA = {"user": "string", "x1": "double", "x2": "double", "clicked": "boolean", "ts": "long"}
+FLIP_AT = 200  # from this record on, the concept flips: the label is the opposite of what it was
+
+
+def records(count: int = 200) -> list[dict[str, Any]]:
+    """Two users; the label is x1 > x2 until FLIP_AT, its opposite after. Times come out of order
+    within each group of ten."""
+    rows = []
+    for i in range(count):
+        x1, x2 = (i * 37 % 101) / 101, (i * 53 % 97) / 97
+        rows.append({"user": "ab"[i % 2], "x1": x1, "x2": x2, "clicked": (x1 > x2) != (i >= FLIP_AT),
+                     "ts": 1_000 * (i // 10 * 10 + (i * 7) % 10)})
+    return rows
+
+
+def batches(rows: list[dict[str, Any]], size: int = 40) -> list[list[dict[str, Any]]]:
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+def model_rows(groups: list[list[dict[str, Any]]], drift: bool = False) -> list[tuple[Any, ...]]:
+    """River alone: per user, each micro-batch's records by time (stable), predict, score, learn."""
+    models: dict[str, Any] = {}
+    accuracy: dict[str, Any] = {}
+    detectors: dict[str, Any] = {}
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for group in groups:
+        for user in sorted({r["user"] for r in group}):
+            for r in sorted((r for r in group if r["user"] == user), key=lambda r: r["ts"]):
+                model = models.setdefault(user, linear_model.LogisticRegression())
+                metric = accuracy.setdefault(user, metrics.Accuracy())
+                x = {"x1": r["x1"], "x2": r["x2"]}
+                predicted = model.predict_one(x)
+                if predicted is not None:
+                    metric.update(r["clicked"], predicted)
+                flag = False
+                if drift:
+                    adwin = detectors.setdefault(user, river_drift.ADWIN())
+                    before = adwin.estimation
+                    adwin.update(float(predicted != r["clicked"]))
+                    flag = adwin.drift_detected and adwin.estimation > before
+                model.learn_one(x, r["clicked"])
+                seen[user] += 1
+                out.append((user, r["ts"], r["clicked"], predicted, metric.get(), flag, seen[user]))
+    return sorted(out)
+
+
+def got_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    def millis(value: Any) -> int:  # a datetime, or the ISO text a Files sink writes
+        moment = datetime.datetime.fromisoformat(value) if isinstance(value, str) else value
+        return int(moment.timestamp() * 1000)
+
+    return sorted((r["user"], millis(r["ts"]), r["clicked"], r["prediction"], r["metric"], r["drift"], r["seen"])
+                  for r in rows)
+
+
+def learning(name: str, source: Any, drift: bool = False) -> tuple[hr.Pipeline, TestSink]:
+    p = hr.Pipeline(name)
+    out = TestSink()
+    (p.source("events", source, event_time="ts").key_by("user")
+     .learn(lambda: linear_model.LogisticRegression(), label="clicked", features=["x1", "x2"], drift=drift)
+     .sink("out", out))
+    return p, out
+
+
+def test_each_key_learns_online_in_event_time_order_as_river_alone_does(spark, tmp_path):
+    groups = batches(records())
+    p, out = learning("learn_online", TestSource(groups, schema=SCHEMA))
+    run_to_completion(p, state_dir=str(tmp_path))
+    assert got_rows(out.rows()) == model_rows(groups)
+    last = {}
+    for row in model_rows(groups):
+        last[row[0]] = row
+    assert {user: row[6] for user, row in last.items()} == {"a": 100, "b": 100}  # records seen = records sent
+
+
+def test_the_drift_flag_rises_after_the_concept_flips_and_not_before(spark, tmp_path):
+    groups = batches(records(400), size=40)
+    p, out = learning("learn_drift", TestSource(groups, schema=SCHEMA), drift=True)
+    run_to_completion(p, state_dir=str(tmp_path))
+    rows = got_rows(out.rows())
+    assert rows == model_rows(groups, drift=True)
+    flip_time = min(r["ts"] for r in records(400)[FLIP_AT:])
+    flagged = [ts for _, ts, _, _, _, flag, _ in rows if flag]
+    assert flagged and min(flagged) >= flip_time, flagged
+
+
+def test_a_sigkill_of_the_driver_then_a_restart_learns_each_record_once(tmp_path):
+    from driver_process import KilledRun
+
+    groups = batches(records())
+    folder = tmp_path / "input"
+    folder.mkdir()
+    for number, group in enumerate(groups):
+        write_in_order(folder / f"part-{number:02d}.jsonl", "".join(json.dumps(r) + "\n" for r in group), number)
+    args = {"name": "learn_killed", "input": str(folder), "state_dir": str(tmp_path / "state"),
+            "out": str(tmp_path / "out")}
+    run = KilledRun(Path(__file__).resolve().parent / "learn_driver.py", args, tmp_path / "driver.log")
+    run.kill_after(2)
+    assert run.committed() < len(groups), "the driver should have been killed mid-stream"
+    run.restart_until("every record learnt", lambda: len(run.written()) >= len(records()))
+    assert got_rows(run.written()) == model_rows(groups)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda k: k.learn(lambda: linear_model.LogisticRegression(), label="bought"),
+     r"step 'learn' \(test_ml_learn.py:\d+\): unknown label field 'bought'; the stream from 'key_by' has user, x1, "
+     r"x2, clicked, ts"),
+    (lambda k: k.learn(lambda: linear_model.LogisticRegression(), label="clicked", features=["x3"]),
+     r"unknown feature 'x3'"),
+    (lambda k: k.learn(linear_model.LogisticRegression(), label="clicked"),
+     r"learn needs a function that makes a River model, e.g. lambda: linear_model.LogisticRegression\(\), got"),
+])
+def test_a_learn_step_that_cannot_run_is_refused_when_the_pipeline_is_built(build, message):
+    p = hr.Pipeline("learn_refused")
+    keyed = p.source("events", TestSource([records(4)], schema=SCHEMA), event_time="ts").key_by("user")
+    with pytest.raises(hr.PlanError) as refused:
+        build(keyed)
+    assert re.search(message, str(refused.value)), str(refused.value)
