@@ -746,3 +746,26 @@ def test_online_learning_prints_what_docs_ml_md_shows_and_river_alone_computes(s
         expected.append(f"{sensor}: {seen} readings learnt; accuracy {at_flip:.3f} before the flip, "
                         f"{accuracy.get():.3f} at the end; drift flagged at {', '.join(flags) or 'no time'}")
     assert printed == expected
+
+
+def test_rolling_spend_prints_what_docs_ml_md_shows_and_a_model_computes(spark, capsys):
+    """examples/rolling_spend.py, run as a script, prints the lines docs/ml.md shows: for each charge,
+    its card's charges, spend and largest charge in the 10 minutes up to it, computed here in plain
+    Python from the example's charges, and the charges over 300."""
+    import runpy
+
+    namespace = runpy.run_path(str(ROOT / "examples" / "rolling_spend.py"), run_name="__main__")
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("card ", "suspicious"))]
+    doc = (ROOT / "docs" / "ml.md").read_text()
+    shown = doc.split("`python examples/rolling_spend.py` prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert printed == shown.splitlines()
+    charges = [c for batch in namespace["charges"].steps if isinstance(batch, list) for c in batch]
+    lines, suspicious = [], []
+    for c in sorted(charges, key=lambda c: (c["card"], c["ts"])):
+        window = [o["amount"] for o in charges if o["card"] == c["card"] and c["ts"] - 600_000 < o["ts"] <= c["ts"]]
+        at = f"{c['ts'] // 3_600_000:02}:{c['ts'] // 60_000 % 60:02}"
+        lines.append(f"card {c['card']} at {at}: {c['amount']:>3}, in the 10 minutes up to it {len(window)} charges, "
+                     f"spend {sum(window)}, largest {max(window)}")
+        if sum(window) > 300:
+            suspicious.append((c["ts"], f"suspicious: card {c['card']} at {at} (spend {sum(window)})"))
+    assert printed == lines + [text for _, text in sorted(suspicious)]

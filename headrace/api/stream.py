@@ -725,6 +725,37 @@ class KeyedStream(Stream):
         return self._stage(KeyedProcessNode(step, (self.node.name,), where, output, timed, fn=fn))
 
 
+    def rolling(self, over: Any, *, name: str | None = None, **features: Agg) -> Stream:
+        """Rolling features per key over a span of event time (docs/ml.md): each record with
+        ``features`` (``spend=hr.sum("amount")``, ``n=hr.count()``; count, sum, mean, min, max)
+        over the key's records whose event time lies in ``(t - over, t]``, ``t`` the record's,
+        emitted once the watermark passes ``t``. The same values on a bounded and an unbounded
+        input, as a range window over the whole input gives them."""
+        from headrace.ml.rolling import RollingFeatures
+
+        step = self.pipeline._name(name, "rolling")
+        where = user_location()
+        if self.node.event_time is None:
+            raise self._fail(step, where, "rolling features span event time: declare it (event_time= on the source, "
+                                          "or with_event_time) before key_by")
+        span = to_millis(over, f"step '{step}' over")
+        if span <= 0:
+            raise self._fail(step, where, f"over must be a positive duration, got {over!r}")
+        if not features or not all(isinstance(agg, Agg) for agg in features.values()):
+            raise self._fail(step, where, "give each feature as name=aggregate, e.g. spend=hr.sum('amount'), "
+                                          "n=hr.count()")
+        self._check_columns(step, where, [agg.column for agg in features.values() if agg.column], "field")
+        known = [(n, t) for n, t in self.node.schema or () if n != RESULT_TIME]
+        taken = [n for n in features if n in dict(known)]
+        if taken:
+            raise self._fail(step, where, f"the feature {taken[0]!r} has the name of a field of the stream; name "
+                                          "it otherwise")
+        if self.node.schema is None:
+            raise self._fail(step, where, "rolling needs a stream whose fields are known; declare its schema")
+        output = (*known, *[(n, result_type(agg, dict(known).get(agg.column or "")) or "double")
+                            for n, agg in features.items()])
+        return self.process(RollingFeatures(span, dict(features)), schema=dict(output), name=step)
+
     def learn(self, model_factory: Callable[[], Any], *, label: str, features: Sequence[str] | None = None,
               metric: Callable[[], Any] | None = None, drift: bool = False, name: str | None = None) -> Stream:
         """Online learning per key (docs/ml.md): a River model per key, made by
