@@ -23,7 +23,7 @@ from headrace.contract import Guarantee, SinkConnector, SourceConnector
 from headrace.durations import to_millis
 from headrace.environment.admission import BatchDuration
 from headrace.errors import PlanError, step_error
-from headrace.expr import Expr, col
+from headrace.expr import Expr, col, lit
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import (
     JOIN_LATE_SCHEMA,
@@ -547,6 +547,18 @@ class Stream:
             schema = tuple(self.node.schema) + tuple((n, t) for n, t in table_schema if n not in keys)
         return self._follow(JoinNode(step, (self.node.name, table.node.name), where, schema, self.node.event_time,
                                      on=keys, how=how))
+
+    def learn(self, model_factory: Callable[[], Any], *, label: str, features: Sequence[str] | None = None,
+              metric: Callable[[], Any] | None = None, drift: bool = False, name: str | None = None) -> Stream:
+        """Online learning with one model for the whole stream: as ``keyed.learn`` (docs/ml.md),
+        every record under one key, so one task learns them all, in event-time order."""
+        step = self.pipeline._name(name, "learn")
+        whole = "_hr_whole_stream"
+        keyed = (self.with_columns({whole: lit(0).cast("long")}, name=f"{step}_whole_stream")
+                 .key_by(whole, name=f"{step}_keyed"))
+        learnt = keyed.learn(model_factory, label=label, features=features, metric=metric, drift=drift, name=step)
+        fields = [n for n, _ in learnt.node.schema or () if n != whole]
+        return learnt.select(*fields, name=f"{step}_output")
 
     def score(self, registry: str, *, features: Sequence[str] | None = None, name: str | None = None) -> Stream:
         """Score each record with the newest model version published in ``registry``
