@@ -65,7 +65,7 @@ def headrace_seconds(folder: str, registry: str, workdir: str) -> float:
     return processing_seconds(result.progress)
 
 
-def by_hand_seconds(spark: Any, folder: str, score: Any, schema: str, workdir: str) -> float:
+def by_hand_seconds(spark: Any, folder: str, score: Any, workdir: str) -> float:
     stream = spark.readStream.schema("id long, x1 double, x2 double, x3 double, x4 double, label long").option(
         "maxFilesPerTrigger", 1).parquet(folder)
 
@@ -109,7 +109,7 @@ def compare(spark: Any, name: str, folder: str, registry: str, by_hand: Any, run
     for order in alternating(["headrace", "hand"], runs):
         for who in order:
             seconds = (headrace_seconds(folder, registry, workdir) if who == "headrace"
-                       else by_hand_seconds(spark, folder, by_hand, "", workdir))
+                       else by_hand_seconds(spark, folder, by_hand, workdir))
             best[who] = min(best.get(who, seconds), seconds)
     ratio = best["hand"] / best["headrace"]
     print(f"  {name}: by hand {best['hand']:.2f} s, headrace {best['headrace']:.2f} s (best of {runs})")

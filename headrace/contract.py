@@ -210,6 +210,9 @@ class SinkConnector:
     # hr.sinks.<Name> ("(..., key=[...])"), named by the refusal of a sink that cannot take
     # updates; empty when it cannot
     keyed_updates: str = ""
+    # ``write_batch`` reads its frame in one pass (one Spark action): a pipeline's only sink that
+    # does so gets the micro-batch as it comes, not cached first (headrace/spark/writer.py)
+    reads_batch_once: bool = False
 
     def committed(self, batch_id: int) -> bool:
         """Whether this sink has already committed ``batch_id`` (Spark replays the batch that

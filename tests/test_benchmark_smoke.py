@@ -1,6 +1,7 @@
 """The benchmarks run end to end (``benchmarks/ysb.py --quick``, ``benchmarks/count_window.py
 --quick``, ``benchmarks/word_count.py --quick``, ``benchmarks/validate.py --runs 1``,
-``benchmarks/nexmark.py --quick`` on four queries) and end with their closing lines.
+``benchmarks/nexmark.py --quick`` on four queries, ``benchmarks/ml.py`` on 20,000 rows) and end with
+their closing lines.
 
 This checks that the benchmark works, not that headrace meets its performance targets: on
 small data and a shared machine the figures mean little (docs/performance.md has the real ones).
@@ -13,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -71,3 +74,12 @@ def test_the_quick_nexmark_benchmark_is_exact_on_its_queries_and_ends_with_its_l
         assert any(re.fullmatch(rf"nexmark {query}: exact=yes ratio=\d+\.\d\d", line) for line in lines), lines
     assert not any("NOT the reference" in line for line in lines), lines  # the hand-written pipelines agree too
     assert re.fullmatch(r"nexmark exact=4/4 min_ratio=\d+\.\d\d median_ratio=\d+\.\d\d", lines[-1]), lines[-1]
+
+
+def test_the_ml_benchmark_scores_both_ways_and_ends_with_its_ratio_line(spark, capsys):
+    pytest.importorskip("sklearn", reason="the ml extra: pip install -e '.[ml]'")
+    benchmark = load_benchmark("ml")
+    assert benchmark.main(["--rows", "20000", "--runs", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"ml ratio=\d+\.\d\d mllib_ratio=\d+\.\d\d", lines[-1]), lines[-1]
+    assert [line.split(":")[0].strip() for line in lines[1:3]] == ["scikit-learn", "Spark MLlib"]

@@ -200,10 +200,11 @@ def test_a_second_run_on_a_held_hdfs_checkpoint_is_refused_naming_the_first(spar
 
 
 def test_a_frozen_driver_is_taken_over_and_fenced_when_it_comes_back(state, run_files, tmp_path):
-    """Driver A runs, then freezes (SIGSTOP of its process group: the JVM, Python, its workers). A
-    second driver started at once is refused, naming A; started once A's heartbeat is older than
-    hdfs_lease.STALE_S, it takes the lease over and goes on from the checkpoint. A, resumed, finds
-    its lease gone: it stops with an error and commits nothing more. Every record is written once."""
+    """Driver A runs; a second driver started meanwhile is refused, naming A. Then A freezes
+    (SIGSTOP of its process group: the JVM, Python, its workers); a driver started once A's
+    heartbeat is older than hdfs_lease.STALE_S takes the lease over and goes on from the
+    checkpoint. A, resumed, finds its lease gone: it stops with an error and commits nothing more.
+    Every record is written once."""
     import json
     import os
     import signal
@@ -231,14 +232,14 @@ def test_a_frozen_driver_is_taken_over_and_fenced_when_it_comes_back(state, run_
         return sorted(r["n"] for r in read_rows(args["out"], "jsonl")) if os.path.isdir(args["out"]) else []
 
     a = Driver(script, args, tmp_path / "a.log")
-    b = None
+    b = refused = None
     try:
         a.wait_for("two files written", lambda: len(written()) == 6)
-        os.killpg(a.process.pid, signal.SIGSTOP)
-        refused = Driver(script, args, tmp_path / "refused.log")
+        refused = Driver(script, args, tmp_path / "refused.log")  # while A runs (and writes its heartbeat)
         assert refused.process.wait(180) != 0
         assert f"held by process {a.process.pid} on " in refused.tail(), refused.tail()
-        time.sleep(max(0.0, STALE_S + 0.5 - 1))  # (the refused driver took a second or more to start)
+        os.killpg(a.process.pid, signal.SIGSTOP)
+        time.sleep(STALE_S + 0.5)
         b = Driver(script, args, tmp_path / "b.log")
         for number in range(2, 4):
             write_file(number)
@@ -251,7 +252,7 @@ def test_a_frozen_driver_is_taken_over_and_fenced_when_it_comes_back(state, run_
         time.sleep(1)
         b.stop()
     finally:
-        for driver in (a, b):
+        for driver in (a, b, refused):
             if driver is not None:
                 os.killpg(driver.process.pid, signal.SIGCONT) if driver.process.poll() is None else None
                 driver.kill()

@@ -94,6 +94,7 @@ class FileSink(SinkConnector):
     """
 
     guarantee = Guarantee.EXACTLY_ONCE
+    reads_batch_once = True  # one write of the batch's files
 
     def __init__(self, path: str, format: str = "parquet", *, partition_by: str | Sequence[str] | None = None,
                  rewrite: bool = False):

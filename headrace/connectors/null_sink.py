@@ -24,6 +24,7 @@ class Null(SinkConnector):
 
     guarantee = Guarantee.EXACTLY_ONCE
     native_format = "noop"
+    reads_batch_once = True  # Spark's noop writer, one action
 
     def write_batch(self, df: Any, batch_id: int) -> None:
         df.write.format("noop").mode("overwrite").save()

@@ -146,6 +146,7 @@ class TestSink(SinkConnector):
 
     __test__ = False
     guarantee = Guarantee.EXACTLY_ONCE
+    reads_batch_once = True  # one toArrow()
 
     def __init__(self) -> None:
         self.batches: dict[int, list[dict[str, Any]]] = {}

@@ -76,15 +76,19 @@ def manifest(registry: str, version: int) -> Manifest:
                     data.get("flavor", SKLEARN))
 
 
+def spark_model_path(registry: str, version: int) -> str:
+    """Where a Spark MLlib version's PipelineModel is saved (MLlib's own format)."""
+    return os.path.join(version_dir(registry, version), SPARK_MODEL_DIR)
+
+
 def load_model(registry: str, version: int) -> Any:
     """The model of a version: a scikit-learn model, or a Spark ``PipelineModel`` (which needs a
     Spark session)."""
-    folder = version_dir(registry, version)
-    if os.path.isdir(os.path.join(folder, SPARK_MODEL_DIR)):
+    if os.path.isdir(spark_model_path(registry, version)):
         from pyspark.ml import PipelineModel
 
-        return PipelineModel.load(os.path.join(folder, SPARK_MODEL_DIR))
-    with open(os.path.join(folder, MODEL_FILE), "rb") as handle:
+        return PipelineModel.load(spark_model_path(registry, version))
+    with open(os.path.join(version_dir(registry, version), MODEL_FILE), "rb") as handle:
         return cloudpickle.load(handle)
 
 
@@ -113,7 +117,7 @@ def publish(registry: str, model: Any, features: Any, *, metrics: dict[str, floa
     os.makedirs(staging)
     try:
         if spark:
-            model.write().save(os.path.join(staging, SPARK_MODEL_DIR))
+            model.write().save(os.path.join(staging, SPARK_MODEL_DIR))  # (spark_model_path once renamed)
         else:
             with open(os.path.join(staging, MODEL_FILE), "wb") as handle:
                 cloudpickle.dump(model, handle)

@@ -31,7 +31,7 @@ MODELS_DIR = "models"
 KEPT_BATCHES = 100  # the version files of this many batches back are kept (Spark keeps as many offsets)
 
 
-_SPARK_MODELS: dict[tuple[str, int], Any] = {}  # (registry, version) -> a PipelineModel, loaded once by the driver
+_SPARK_MODELS: dict[tuple[str, int], Any] = {}  # (registry, version) -> the JVM's PipelineModel, loaded once
 
 
 def lower_score(node: ScoreNode, lowering: Compilation) -> DataFrame:
@@ -88,9 +88,11 @@ def _spark_scored(df: DataFrame, node: ScoreNode, version: int) -> DataFrame:
     from pyspark.ml.functions import vector_to_array
 
     key = (node.registry, version)
-    if key not in _SPARK_MODELS:
-        _SPARK_MODELS[key] = registry.load_model(node.registry, version)
-    scored = _SPARK_MODELS[key].transform(df)
+    if key not in _SPARK_MODELS:  # the JVM's model: one call per batch (the Python wrapper's copies its params)
+        jvm: Any = df.sparkSession._jvm
+        _SPARK_MODELS[key] = jvm.org.apache.spark.ml.PipelineModel.load(registry.spark_model_path(node.registry,
+                                                                                                  version))
+    scored = DataFrame(_SPARK_MODELS[key].transform(df._jdf), df.sparkSession)
     if "probability" in scored.columns:
         probabilities = vector_to_array(F.col("probability"))
         score = F.when(F.size(probabilities) == 2, probabilities[1]).otherwise(F.array_max(probabilities))

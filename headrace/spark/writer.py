@@ -202,9 +202,14 @@ def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode],
     lowering = compiled.lowering
     stream = lowering.root_stream(root)
     operators = [n.name for n in plan.nodes.values() if spec_of(n).own_state]
+    # the batch is read once (one sink that reads it in one pass, on a line of steps from the
+    # root, no operator): it is not cached first
+    once = (not operators and len(sinks) == 1 and sinks[0].connector.reads_batch_once
+            and _on_a_line(plan, root, sinks[0]))
 
     def dispatch(df: DataFrame, batch_id: int) -> None:
-        df = df.persist()
+        if not once:
+            df = df.persist()
         with _batch_lowering(plan, df, run_dir) as per_batch:
             per_batch.batch_id, per_batch.checkpoint = batch_id, checkpoint
             per_batch.seed(root, df)
@@ -212,6 +217,18 @@ def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode],
                 per_batch.frame(name)
             _deliver(plan.name, sinks, df, batch_id, lambda _index, sink: per_batch.frame(sink.name), guard)
     return stream, dispatch
+
+
+def _on_a_line(plan: Plan, root: str, sink: SinkNode) -> bool:
+    """Whether the steps from ``root`` down to ``sink`` form a line: each reads one input and is
+    read by one step, so the sink reads the root's rows once."""
+    name = sink.inputs[0]
+    while name != root:
+        node = plan.nodes[name]
+        if len(node.inputs) != 1 or len(plan.consumers(name)) != 1:
+            return False
+        name = node.inputs[0]
+    return len(plan.consumers(root)) == 1
 
 
 def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str,
