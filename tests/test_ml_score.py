@@ -5,6 +5,7 @@ with the version recorded for it, and what is refused when the pipeline is built
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,72 @@ def test_a_spark_mllib_pipeline_model_scores_in_spark_as_it_transforms_the_rows_
     assert max(abs(rows[r["id"]]["score"] - r["p"]) for r in batch) <= 1e-12
     assert all(rows[r["id"]]["prediction"] == r["prediction"] for r in batch)
     assert {r["model_version"] for r in rows.values()} == {1}
+
+
+def slow(rows: pd.DataFrame) -> pd.DataFrame:
+    """The identity, two seconds late: a micro-batch scored with it is long enough to be killed in."""
+    import time
+
+    time.sleep(2)
+    return rows
+
+
+def test_a_sigkill_while_a_batch_is_scored_rescores_it_with_its_version_and_the_next_with_the_newest(tmp_path):
+    """Four files, a micro-batch each. v1 scores files 0-1; v2, published after them, file 2, whose
+    batch is killed (SIGKILL of the driver's process group) once its version is recorded and before
+    its sink commits; v3 is published before the restart. The restart scores file 2 again with v2,
+    file 3 with v3; every record is written once, with its version's score."""
+    import json
+    import os
+    import time
+
+    import cloudpickle  # the one hr.ml.publish pickles models with
+    from driver_process import Driver, KilledRun
+    from input_files import write_in_order
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    from headrace.connectors.files_sink import read_rows
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ``slow`` travels inside the model
+    registry, folder = str(tmp_path / "models"), tmp_path / "input"
+    folder.mkdir()
+    frame = pd.DataFrame(ROWS)[["x", "y"]]
+    models = {1: trained(), 2: trained(flip=True),
+              3: LogisticRegression(C=0.01).fit(frame, [r["id"] % 2 for r in ROWS])}
+    files = [ROWS[i:i + 15] for i in range(0, 60, 15)]
+
+    def write_file(number: int) -> None:
+        write_in_order(folder / f"part-{number}.jsonl", "".join(json.dumps(r) + "\n" for r in files[number]), number)
+
+    args = {"name": "score_killed", "input": str(folder), "registry": registry, "state_dir": str(tmp_path / "state"),
+            "out": str(tmp_path / "out")}
+    script = Path(__file__).resolve().parent / "score_driver.py"
+    written = lambda: read_rows(args["out"], "jsonl") if os.path.isdir(args["out"]) else []  # noqa: E731
+    hr.ml.publish(registry, models[1], {"x": "double", "y": "double"})
+    write_file(0)
+    write_file(1)
+    driver = Driver(script, args, tmp_path / "driver.log")
+    try:
+        driver.wait_for("files 0 and 1 scored", lambda: len(written()) == 30)
+        hr.ml.publish(registry, make_pipeline(FunctionTransformer(slow), models[2]), {"x": "double", "y": "double"})
+        write_file(2)
+        recorded = tmp_path / "state" / "score_killed" / "checkpoint" / "models" / "score"
+        driver.wait_for("file 2's version recorded", lambda: any(f.read_text() == "2" for f in recorded.glob("*")))
+        time.sleep(0.5)
+    finally:
+        driver.kill()
+    assert len(written()) == 30, "the batch of file 2 committed before the kill"
+    hr.ml.publish(registry, models[3], {"x": "double", "y": "double"})
+    write_file(3)
+    KilledRun(script, args, tmp_path / "driver.log").restart_until("every file scored", lambda: len(written()) >= 60)
+    rows = written()
+    assert sorted(r["id"] for r in rows) == [r["id"] for r in ROWS]
+    version_of = {r["id"]: version for f, version in zip(files, (1, 1, 2, 3)) for r in f}
+    assert {r["id"]: r["model_version"] for r in rows} == version_of
+    for r in rows:
+        score, prediction = expected(models[r["model_version"]], [r])
+        assert abs(r["score"] - score[0]) <= 1e-12 and r["prediction"] == prediction[0]
 
 
 @pytest.mark.parametrize("build, message", [
