@@ -1,6 +1,6 @@
 """The benchmarks run end to end (``benchmarks/ysb.py --quick``, ``benchmarks/count_window.py
 --quick``, ``benchmarks/word_count.py --quick``, ``benchmarks/validate.py --runs 1``,
-``benchmarks/nexmark.py --quick`` on four queries, ``benchmarks/ml.py`` on 20,000 rows) and end with
+``benchmarks/nexmark.py --quick`` on four queries, ``benchmarks/ml.py`` on 5,000 rows) and end with
 their closing lines.
 
 This checks that the benchmark works, not that headrace meets its performance targets: on
@@ -79,7 +79,7 @@ def test_the_quick_nexmark_benchmark_is_exact_on_its_queries_and_ends_with_its_l
 def test_the_ml_benchmark_scores_both_ways_and_ends_with_its_ratio_line(spark, capsys):
     pytest.importorskip("sklearn", reason="the ml extra: pip install -e '.[ml]'")
     benchmark = load_benchmark("ml")
-    assert benchmark.main(["--rows", "20000", "--runs", "1"]) == 0
+    assert benchmark.main(["--rows", "5000", "--runs", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"ml ratio=\d+\.\d\d mllib_ratio=\d+\.\d\d", lines[-1]), lines[-1]
     assert [line.split(":")[0].strip() for line in lines[1:3]] == ["scikit-learn", "Spark MLlib"]

@@ -150,21 +150,6 @@ def test_a_joins_late_records_are_the_records_spark_dropped_each_once(spark, tmp
     assert [r["raw"] for r in dead.rows()] == ["{not json"]
 
 
-def test_a_joins_late_records_survive_a_stop_and_restart_exactly(spark, tmp_path):
-    state = str(tmp_path / "state")
-    first, pairs, dropped, dead = one_join("join_late_restart", tmp_path / "in")
-    run = PipelineRun(first, state_dir=state, progress="quiet").start()
-    run.wait(until_exhausted=True, on_settled=lambda r: r.request_stop("test"))  # after the first micro-batch
-    assert not run.exhausted()
-    second, pairs_after, dropped_after, dead_after = one_join("join_late_restart", tmp_path / "in")
-    for before, after in ((pairs, pairs_after), (dropped, dropped_after), (dead, dead_after)):
-        after.batches.update(before.batches)
-    PipelineRun(second, state_dir=state, progress="quiet").start().wait(until_exhausted=True)
-    assert got_late(dropped_after) == model_late("bids_auctions", lag=0)
-    assert got_pairs(pairs_after) == model_pairs(lag=0)
-    assert [r["raw"] for r in dead_after.rows()] == ["{not json"]
-
-
 def test_a_sigkill_of_the_driver_then_a_restart_gives_each_late_record_and_pair_once(tmp_path):
     from driver_process import KilledRun
 

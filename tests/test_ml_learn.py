@@ -77,31 +77,20 @@ def got_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
                   for r in rows)
 
 
-def learning(name: str, source: Any, drift: bool = False) -> tuple[hr.Pipeline, TestSink]:
-    p = hr.Pipeline(name)
-    out = TestSink()
-    (p.source("events", source, event_time="ts").key_by("user")
-     .learn(lambda: linear_model.LogisticRegression(), label="clicked", features=["x1", "x2"], drift=drift)
-     .sink("out", out))
-    return p, out
-
-
-def test_each_key_learns_online_in_event_time_order_as_river_alone_does(spark, tmp_path):
-    groups = batches(records())
-    p, out = learning("learn_online", TestSource(groups, schema=SCHEMA))
-    run_to_completion(p, state_dir=str(tmp_path))
-    assert got_rows(out.rows()) == model_rows(groups)
-    last = {}
-    for row in model_rows(groups):
-        last[row[0]] = row
-    assert {user: row[6] for user, row in last.items()} == {"a": 100, "b": 100}  # records seen = records sent
-
-
-def test_the_drift_flag_rises_after_the_concept_flips_and_not_before(spark, tmp_path):
+def test_each_key_learns_online_in_event_time_order_and_flags_the_flip_as_river_alone_does(spark, tmp_path):
+    """Two learn steps on one stream in one pipeline: without and with the drift flag."""
     groups = batches(records(400), size=40)
-    p, out = learning("learn_drift", TestSource(groups, schema=SCHEMA), drift=True)
+    p = hr.Pipeline("learn_online")
+    events = p.source("events", TestSource(groups, schema=SCHEMA), event_time="ts")
+    plain, drifting = TestSink(), TestSink()
+    for drift, sink in ((False, plain), (True, drifting)):
+        (events.key_by("user")
+         .learn(lambda: linear_model.LogisticRegression(), label="clicked", features=["x1", "x2"], drift=drift)
+         .sink(f"out_{drift}", sink))
     run_to_completion(p, state_dir=str(tmp_path))
-    rows = got_rows(out.rows())
+    assert got_rows(plain.rows()) == model_rows(groups)
+    assert max(r["seen"] for r in plain.rows()) == 200  # records seen = records sent, per user
+    rows = got_rows(drifting.rows())
     assert rows == model_rows(groups, drift=True)
     flip_time = min(r["ts"] for r in records(400)[FLIP_AT:])
     flagged = [ts for _, ts, _, _, _, flag, _ in rows if flag]

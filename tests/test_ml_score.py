@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 
 import headrace as hr
-from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource
 
 sklearn = pytest.importorskip("sklearn", reason="the ml extra: pip install -e '.[ml]'")
@@ -57,41 +56,6 @@ def test_a_stream_is_scored_as_the_model_scores_the_rows_in_one_batch(spark, tmp
     assert max(abs(r["score"] - s) for r, s in zip(rows, score)) <= 1e-12
     assert [r["prediction"] for r in rows] == prediction.tolist()
     assert {r["model_version"] for r in rows} == {1}
-
-
-def test_a_version_published_while_running_scores_the_next_batch_and_a_replay_keeps_its_version(spark, tmp_path):
-    registry, state = tmp_path / "models", str(tmp_path / "state")
-    first, second, third = trained(), trained(flip=True), LogisticRegression(C=0.01).fit(
-        pd.DataFrame(ROWS)[["x", "y"]], [r["id"] % 2 for r in ROWS])
-    hr.ml.publish(registry, first, {"x": "double", "y": "double"})
-    p, out = scored(registry, "hot_swap")
-    settled: list[int] = []
-
-    def publish_after_the_first_batch(run: PipelineRun) -> None:
-        settled.append(1)
-        if len(settled) == 1:
-            hr.ml.publish(registry, second, {"x": "double", "y": "double"})
-
-    PipelineRun(p, state_dir=state, progress="quiet").start().wait(until_exhausted=True,
-                                                                   on_settled=publish_after_the_first_batch)
-    by_version = {1: first, 2: second}
-    versions = [sorted({r["model_version"] for r in batch}) for _, batch in sorted(out.batches.items()) if batch]
-    assert versions == [[1], [2], [2]]
-    for batch in out.batches.values():
-        for row in batch:
-            score, _ = expected(by_version[row["model_version"]], [row])
-            assert abs(row["score"] - score[0]) <= 1e-12
-
-    # the last micro-batch runs again (its commit lost, as a kill after the sink's write leaves it): it is
-    # scored with the version recorded for it, not the one published since
-    hr.ml.publish(registry, third, {"x": "double", "y": "double"})
-    commits = sorted(Path(state).glob("**/checkpoint/commits/[0-9]*"), key=lambda f: int(f.name))
-    replayed = int(commits[-1].name)
-    commits[-1].unlink()
-    again, out_again = scored(registry, "hot_swap")
-    PipelineRun(again, state_dir=state, progress="quiet").start().wait(until_exhausted=True)
-    assert list(out_again.batches) == [replayed]
-    assert out_again.batches[replayed] == out.batches[replayed]
 
 
 def test_a_spark_mllib_pipeline_model_scores_in_spark_as_it_transforms_the_rows_in_one_batch(spark, tmp_path):
