@@ -12,31 +12,23 @@ from typing import Any
 
 import pytest
 from input_files import write_in_order
+from test_stream_joins import AUCTIONS, WITHIN, S
+from test_stream_joins import BIDS as JOINS_BIDS
 
 import headrace as hr
 from headrace.errors import PlanError
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink
 
-S = 1_000
 BID = {"auction": "long", "price": "long", "bt": "timestamp"}
 AUCTION = {"id": "long", "seller": "string", "at": "timestamp"}
-# Micro-batch by micro-batch, both sides at once. The watermark (no out-of-orderness allowed) is
-# the smaller of the sides' largest event times: 8 s after batch 0, 31 s after batch 1. In batch
-# 2, the bids at 1 s and 20 s and the auction at 2 s are late for the watermark after batch 1,
-# which a query with one stateful step judges by; the bid at 20 s is on time for the watermark
-# after batch 0 (8 s), which a query of several stateful steps judges by.
-BIDS = [[{"auction": 1, "price": 10, "bt": 5 * S}, {"auction": 2, "price": 20, "bt": 6 * S},
-         {"auction": 5, "price": 50, "bt": 8 * S}],
-        [{"auction": 1, "price": 11, "bt": 30 * S}, {"auction": 3, "price": 30, "bt": 31 * S}],
-        [{"auction": 1, "price": 12, "bt": 1 * S}, {"auction": 4, "price": 40, "bt": 50 * S},
-         {"auction": 2, "price": 21, "bt": 20 * S}, {"auction": 3, "price": 31, "bt": 34 * S}]]
-AUCTIONS = [[{"id": 1, "seller": "ann", "at": 4 * S}, {"id": 9, "seller": "zoe", "at": 9 * S}],
-            [{"id": 2, "seller": "bob", "at": 12 * S}, {"id": 3, "seller": "cat", "at": 40 * S},
-             {"id": 1, "seller": "ann", "at": 25 * S}],
-            [{"id": 1, "seller": "ann", "at": 2 * S}, {"id": 4, "seller": "dan", "at": 55 * S},
-             {"id": 3, "seller": "cat", "at": 33 * S}]]
-WITHIN = (-10 * S, 10 * S)
+# tests/test_stream_joins.py's records, micro-batch by micro-batch, both sides at once, with one
+# bid more. The watermark (no out-of-orderness allowed) is the smaller of the sides' largest
+# event times: 8 s after batch 0, 31 s after batch 1. In batch 2, the bids at 1 s and 20 s and
+# the auction at 2 s are late for the watermark after batch 1, which a query with one stateful
+# step judges by; the bid at 20 s is on time for the watermark after batch 0 (8 s), which a
+# query of several stateful steps judges by.
+BIDS = [*JOINS_BIDS[:2], [*JOINS_BIDS[2][:2], {"auction": 2, "price": 21, "bt": 20 * S}, *JOINS_BIDS[2][2:]]]
 
 
 # -- the model -------------------------------------------------------------------------------------

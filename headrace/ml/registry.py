@@ -14,6 +14,7 @@ numbered 1, 2, ... in the order they are published; the newest is the highest.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import re
@@ -68,7 +69,10 @@ def latest_version(registry: str) -> int | None:
     return max(versions(registry), default=None)
 
 
+@functools.lru_cache(maxsize=256)
 def manifest(registry: str, version: int) -> Manifest:
+    """A published version's manifest. A version never changes once published, so each is read
+    once per process (a score step asks for it in every micro-batch)."""
     with open(os.path.join(version_dir(registry, version), MANIFEST_FILE)) as handle:
         data = json.load(handle)
     return Manifest(data["version"], tuple((f["name"], f["type"]) for f in data["features"]), data["prediction"],
