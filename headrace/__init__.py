@@ -22,6 +22,7 @@ _PUBLIC = {
     "headrace.api.stream": ("KeyedStream", "Pipeline", "Stream", "Table", "WindowedStream", "WindowResult"),
     "headrace.apex_operators": ("InputPort", "Operator", "OperatorContext", "OutputPort", "Unifier"),
     "headrace.api.pipeline_file": ("load_pipeline_file",),
+    "headrace.engine.enrichment": ("HttpJson", "PermanentError"),
     "headrace.errors": ("HeadraceError", "IncompatibleCheckpoint", "PipelineFailed", "PlanError", "SetupError",
                         "SinkError", "SourceError", "StepFunctionError", "PipelineFileError"),
     "headrace.process": ("Context", "KeyedProcessFunction", "Timer"),
@@ -67,6 +68,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from headrace.api.pipeline_file import load_pipeline_file
     from headrace.api.stream import KeyedStream, Pipeline, Stream, Table, WindowedStream, WindowResult
     from headrace.api.topology_builder import TopologyBuilder
+    from headrace.engine.enrichment import HttpJson, PermanentError
     from headrace.errors import (
         HeadraceError,
         IncompatibleCheckpoint,

@@ -18,7 +18,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 # PYTHONWARNINGS: the build backend's notes (setuptools' "Editable installation" warning) are not the user's business
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet -e ".[dev,kafka,redis,nats,mqtt,rabbitmq,ml]" 2>&1 \
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet -e ".[dev,kafka,redis,nats,mqtt,rabbitmq,ml,enrich]" 2>&1 \
   | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import headrace, pyspark" || { echo "headrace's installation into .venv failed" >&2; exit 1; }
 # Spark's JVM starts about twice as fast from a class archive of this installation: write it now,

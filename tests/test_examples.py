@@ -769,3 +769,26 @@ def test_rolling_spend_prints_what_docs_ml_md_shows_and_a_model_computes(spark, 
         if sum(window) > 300:
             suspicious.append((c["ts"], f"suspicious: card {c['card']} at {at} (spend {sum(window)})"))
     assert printed == lines + [text for _, text in sorted(suspicious)]
+
+
+def test_enrich_orders_prints_what_docs_enrich_md_shows_and_its_service_answers(spark, capsys):
+    """examples/enrich_orders.py, run as a script, prints the output docs/enrich.md shows: each
+    order with its card's country and risk as the example's service knows them (the busy first
+    call of c2 tried again), in the orders' order, and the order of the unknown card as a dead
+    letter."""
+    import json
+    import runpy
+
+    pytest.importorskip("aiohttp", reason="the enrich extra: pip install -e '.[enrich]'")
+    namespace = runpy.run_path(str(ROOT / "examples" / "enrich_orders.py"), run_name="__main__")
+    printed = capsys.readouterr().out.splitlines()
+    doc = (ROOT / "docs" / "enrich.md").read_text()
+    shown = doc.split("`python examples/enrich_orders.py` prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert printed == shown.splitlines()
+    cards = namespace["CARDS"]
+    known = [o for o in namespace["ORDERS"] if o["card"] in cards]
+    assert printed[:len(known)] == [f"order {o['order']}: {o['amount']:5.1f} on card {o['card']} from "
+                                    f"{cards[o['card']][0]}, risk {cards[o['card']][1]}" for o in known]
+    unknown = [o for o in namespace["ORDERS"] if o["card"] not in cards]
+    assert [json.loads(line.split(": call", 1)[0].removeprefix("dead letter ")) for line in printed[len(known):]] \
+        == unknown

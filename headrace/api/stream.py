@@ -16,6 +16,7 @@ from typing import Any
 from headrace.aggregates import FUNCTIONS, Agg, AggregateFunction, result_type
 from headrace.api.operator_dag import add_operator, add_stream
 from headrace.api.stream_dedupe import dedupe_node, keep_last
+from headrace.api.stream_enrich import enrich_node
 from headrace.api.stream_joins import stream_join
 from headrace.api.view_keys import view_keys
 from headrace.code_locations import function_label, remember_definitions, user_location
@@ -30,6 +31,7 @@ from headrace.plan.nodes import (
     RESULT_TIME,
     WINDOW_LATE_SCHEMA,
     DeadLettersNode,
+    EnrichNode,
     EventTimeNode,
     JoinNode,
     KeyByNode,
@@ -147,13 +149,21 @@ class Pipeline:
         return Table(self, node)
 
     def dead_letters(self, *sources: Stream, name: str = "dead_letters") -> Stream:
-        """The records these sources (all that can produce them, by default) could not parse."""
+        """The records these sources (all that can produce them, by default) could not parse, or
+        those whose calls all failed in these enrich steps (``stream.enrich``)."""
         where = user_location()
+        if sources and all(isinstance(s.node, EnrichNode) for s in sources):
+            return Stream(self, self.plan.add(DeadLettersNode(name, tuple(s.node.name for s in sources), where,
+                                                              DEAD_LETTER_SCHEMA)))
         if sources:
             nodes = [s.node for s in sources]
             for node in nodes:
+                if isinstance(node, EnrichNode):
+                    raise PlanError(f"dead_letters ({where}): the dead letters of enrich step {node.name!r} and "
+                                    "those of sources go to sinks of their own: p.dead_letters(<the enrich "
+                                    "steps' streams>) and p.dead_letters(<the sources>)")
                 if not isinstance(node, SourceNode):
-                    raise PlanError(f"dead_letters ({where}): {node.name!r} is not a source")
+                    raise PlanError(f"dead_letters ({where}): {node.name!r} is neither a source nor an enrich step")
         else:
             nodes = [n for n in self.plan.sources() if n.connector.emits_dead_letters]
         bad = [n.name for n in nodes if not isinstance(n, SourceNode) or not n.connector.emits_dead_letters]
@@ -593,6 +603,20 @@ class Stream:
                   (*self.node.schema, (SCORE, "double"), (PREDICTION, published.prediction), (MODEL_VERSION, "long")))
         return self._follow(ScoreNode(step, (self.node.name,), where, schema, self.node.event_time, self.node.keys,
                                       registry=folder, features=tuple(read), prediction=published.prediction))
+
+    def enrich(self, fn: Callable[[Any], Any], *, fields: Any, concurrency: int = 16, timeout: Any = 10.0,
+               retries: int = 3, backoff: Any = 0.1, cache_ttl: Any = None, cache_key: Sequence[str] | None = None,
+               name: str | None = None) -> Stream:
+        """Call ``fn`` for each record: an async function, a function, or ``hr.HttpJson(url)``; it
+        returns a dict of ``fields`` (name: type), which are added to the record. Up to
+        ``concurrency`` calls are in flight in each Python worker, each within ``timeout``
+        seconds and tried again ``retries`` times (the pause ``backoff`` doubling each time); a
+        record whose calls all failed goes to ``p.dead_letters(<this stream>)`` with the reason,
+        or, without that, stops the pipeline. Output keeps the input's order; answers are kept
+        ``cache_ttl`` seconds by the fields ``cache_key``. See docs/enrich.md."""
+        step = self.pipeline._name(name, "enrich")
+        return self._follow(enrich_node(self.node, step, fn, fields, concurrency=concurrency, timeout=timeout,
+                                        retries=retries, backoff=backoff, cache_ttl=cache_ttl, cache_key=cache_key))
 
     def dedupe(self, keys: str | Sequence[str], *, within: Any = None, keep: str = "first",
                name: str | None = None) -> Stream:

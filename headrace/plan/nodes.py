@@ -442,3 +442,34 @@ class ScoreNode(Node):
 
     def summary(self) -> str:
         return f"score with the newest model in {self.registry} (features {', '.join(self.features)})"
+
+
+@dataclass(frozen=True)
+class EnrichNode(Node):
+    """Each record's call to an outside service (``stream.enrich``, headrace/engine/enrichment.py):
+    the fields the call returns are added; a record whose calls all failed goes to the dead
+    letters (when the pipeline asks for this step's) or stops the pipeline."""
+
+    kind: ClassVar[str] = "enrich"
+    fn: Callable[..., Any] = field(default=None, compare=False)  # type: ignore[assignment]
+    added: tuple[tuple[str, str], ...] = ()  # the fields the calls add, with their types
+    concurrency: int = 16
+    timeout_s: float = 10.0
+    retries: int = 3
+    backoff_s: float = 0.1
+    cache_ttl_s: float | None = None
+    cache_key: tuple[str, ...] | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"function": self.function(), "added": [list(pair) for pair in self.added],
+                "concurrency": self.concurrency, "timeout_s": self.timeout_s, "retries": self.retries,
+                "backoff_s": self.backoff_s, "cache_ttl_s": self.cache_ttl_s,
+                "cache_key": list(self.cache_key) if self.cache_key is not None else None}
+
+    def function(self) -> str:
+        """The function's label; a callable object (such as ``hr.HttpJson``) by its repr."""
+        return function_label(self.fn) if hasattr(self.fn, "__code__") else repr(self.fn)
+
+    def summary(self) -> str:
+        return (f"enrich with {self.function()} (adds {', '.join(n for n, _ in self.added)}; "
+                f"{self.concurrency} calls at a time, {self.retries} retries)")

@@ -15,6 +15,7 @@ from headrace.plan.nodes import Node
 from headrace.spark import stateless
 from headrace.spark.clocks import spark_ttl
 from headrace.spark.dedupe_lowering import lower_dedupe
+from headrace.spark.enrich_lowering import lower_enrich
 from headrace.spark.join_lowering import SPARK_HOW, join_late_records, lower_stream_join
 from headrace.spark.operator_stage import fused_into, lower_operator, lower_port
 from headrace.spark.process_lowering import lower_process
@@ -86,6 +87,12 @@ def _sink_lowered_as(plan: Plan, node: Any) -> str:
     return f"Spark's own {writer} streaming sink" if writer else "foreachBatch, committed by batch id"
 
 
+def _dead_letters_lowered_as(plan: Plan, node: Any) -> str:
+    if all(isinstance(plan.nodes[name], nodes.EnrichNode) for name in node.inputs):
+        return "native filter of the enrich step's failed records, in each micro-batch"
+    return "native filter of the source's dead-letter columns"
+
+
 def _rolling_lowered_as(plan: Plan, node: Any) -> str:
     if not folds_in_python(node):
         return "native Spark groupBy aggregate, update mode"
@@ -131,13 +138,14 @@ LOWERINGS: dict[type[Node], KindLowering] = {
     nodes.StreamJoinNode: KindLowering(lower_stream_join, _stream_join_lowered_as),
     nodes.DedupeNode: KindLowering(lower_dedupe, _dedupe_lowered_as),
     nodes.UnionNode: KindLowering(stateless.lower_union, "native union"),
-    nodes.DeadLettersNode: KindLowering(stateless.lower_dead_letters,
-                                        "native filter of the source's dead-letter columns"),
+    nodes.DeadLettersNode: KindLowering(stateless.lower_dead_letters, _dead_letters_lowered_as),
     nodes.SinkNode: KindLowering(stateless.lower_sink, _sink_lowered_as),
     nodes.OperatorNode: KindLowering(lower_operator, _operator_lowered_as),
     nodes.PortNode: KindLowering(lower_port, "rows of the port's schema (fused Arrow stage in each micro-batch)"),
     nodes.ScoreNode: KindLowering(lower_score, "the newest model version of the registry, chosen per micro-batch "
                                                "and kept in the checkpoint (Arrow batches in Spark's Python workers)"),
+    nodes.EnrichNode: KindLowering(lower_enrich, "calls to a service, concurrent in Spark's Python workers, in each "
+                                                 "micro-batch (its output persisted for the batch)"),
     nodes.SqlNode: KindLowering(lower_sql, sql_lowered_as),  # every shape of query (headrace/plan/sql_query.py)
 }
 

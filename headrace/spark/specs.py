@@ -306,6 +306,8 @@ _SPECS: dict[type[Node], NodeSpec] = {
     nodes.PortNode: NodeSpec(per_batch=True, batch_only=True),
     # scores each micro-batch with the model version recorded for its batch id (score_lowering.py)
     nodes.ScoreNode: NodeSpec(per_batch=True, batch_only=True, label="score step"),
+    # calls a service in each micro-batch, its output persisted for the batch (enrich_lowering.py)
+    nodes.EnrichNode: NodeSpec(per_batch=True, batch_only=True, label="enrich step"),
     # a record whose shape this version does not know counts as stateful (its query may aggregate)
     nodes.SqlNode: NodeSpec(stateful=True, label="SQL step", compare_state=state_changes.compare_sql,
                             variant_by="shape", variants=SQL_SPECS),

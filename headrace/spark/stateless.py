@@ -30,6 +30,7 @@ from headrace.contract import (
 from headrace.plan.nodes import (
     RESULT_TIME,
     DeadLettersNode,
+    EnrichNode,
     EventTimeNode,
     JoinNode,
     NativeStep,
@@ -42,6 +43,7 @@ from headrace.plan.nodes import (
 )
 from headrace.schema import arrow_schema, to_ddl, type_name_of_arrow
 from headrace.sink_step import SinkStep
+from headrace.spark.enrich_lowering import enrich_failures
 from headrace.spark.expressions import to_column
 from headrace.spark.fused import FusedStage, StepSpec
 
@@ -225,6 +227,10 @@ def lower_union(node: UnionNode, lowering: Compilation) -> DataFrame:
 def lower_dead_letters(node: DeadLettersNode, lowering: Compilation) -> DataFrame:
     parts = []
     for source in node.inputs:
+        step = lowering.plan.nodes[source]
+        if isinstance(step, EnrichNode):  # records whose calls all failed (in each micro-batch)
+            parts.append(enrich_failures(step, lowering))
+            continue
         lowering.frame(source)
         raw = lowering.raw_sources[source]
         parts.append(raw.filter(F.col(DEAD_COLUMNS[1]).isNotNull()).select(
