@@ -154,3 +154,34 @@ def test_one_model_for_the_whole_stream_learns_phishing_as_river_alone_does(spar
     assert learnt[-1]["metric"] == pytest.approx(alone.get(), abs=1e-12)
     assert abs(learnt[-1]["metric"] - 0.893) <= 0.005
     assert set(learnt[0]) == {"ts", "phishing", "prediction", "metric", "drift", "seen"}
+
+
+def test_the_drift_flag_rises_within_50_records_of_a_flip_at_record_10000_and_not_before(spark, tmp_path):
+    """River's SEA stream (seed 42), 20,000 records, the concept flipped at record 10,000 (the label
+    the opposite of what it was), one model for the whole stream: the flag first rises within 50
+    records of the flip, never before it; predictions as River alone makes them."""
+    from river import datasets, preprocessing
+
+    flip = 10_000
+    rows = [{"a": x[0], "b": x[1], "c": x[2], "alarm": y != (i >= flip), "ts": i * 1_000}
+            for i, (x, y) in enumerate(datasets.synth.SEA(variant=0, seed=42).take(2 * flip))]
+
+    def model():
+        return preprocessing.StandardScaler() | linear_model.LogisticRegression()
+
+    p = hr.Pipeline("learn_sea_flip")
+    out = TestSink()
+    schema = {"a": "double", "b": "double", "c": "double", "alarm": "boolean", "ts": "long"}
+    (p.source("readings", TestSource(batches(rows, size=5_000), schema=schema), event_time="ts")
+     .learn(model, label="alarm", features=["a", "b", "c"], drift=True)
+     .sink("out", out))
+    run_to_completion(p, state_dir=str(tmp_path))
+    learnt = sorted(out.rows(), key=lambda r: r["ts"])
+    flagged = [i for i, r in enumerate(learnt) if r["drift"]]
+    assert flagged and flip <= flagged[0] < flip + 50, flagged[:5]
+    alone, predictions = model(), []
+    for r in rows:
+        x = {k: r[k] for k in ("a", "b", "c")}
+        predictions.append(alone.predict_one(x))
+        alone.learn_one(x, r["alarm"])
+    assert [r["prediction"] for r in learnt] == predictions
