@@ -158,7 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.target)
     result = pipeline.run(state_dir=args.state_dir, master=args.master, progress=_progress(args), fresh=args.fresh,
                           max_seconds=args.max_seconds, restart_attempts=args.restart_attempts,
-                          restart_window=args.restart_window, restart_backoff=args.restart_backoff, drain=args.drain)
+                          restart_window=args.restart_window, restart_backoff=args.restart_backoff, drain=args.drain,
+                          backfill=args.backfill)
     _report(result, args)
     return 0
 
@@ -362,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--drain", action="store_true",
                      help="end the pipeline for good: read what its sources hold now, fire every open window and "
                           "timer, and mark its checkpoint drained (a later run needs --fresh)")
+    run.add_argument("--backfill", action="store_true",
+                     help="first read what the sources hold now in bounded micro-batches, as fast as Spark can, then "
+                          "go on live on the same checkpoint")
     run.add_argument("--restart-attempts", type=int, metavar="N",
                      help="restarts of a failed query allowed within the window (default: $HEADRACE_RESTART_ATTEMPTS "
                           "or 3; 0: never)")

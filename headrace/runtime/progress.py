@@ -224,6 +224,17 @@ class ProgressDisplay:
             line += f" | restarts {restarts}" if restarts else ""
             self._write(line, in_place=True)
 
+    def backfilled(self, last_batch: int | None) -> None:
+        """A backfill read what the sources held; the pipeline goes on live."""
+        text = (f"backfill done: the history read up to batch {last_batch}; now live" if last_batch is not None
+                else "backfill done: no history to read; now live")
+        if self.log_path:
+            self._log({"backfilled_to": last_batch, "at": round(time.time(), 3)})
+        if self.mode == "json":
+            self._write(json.dumps({"backfilled_to": last_batch}))
+        elif self.mode == "line":
+            self._write(text)
+
     def restart(self, number: int, policy: str, delay_s: float, error: Exception) -> None:
         """A failed query about to be restarted from its checkpoint."""
         if self.mode == "json":

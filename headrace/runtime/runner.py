@@ -74,7 +74,7 @@ class PipelineRun:
     def __init__(self, pipeline: Any, *, state_dir: str | None = None, master: str | None = None,
                  progress: str = "line", fresh: bool = False, trigger_interval: str | None = None,
                  restart_attempts: int | None = None, restart_window: Any = None, restart_backoff: Any = None,
-                 drain: bool = False) -> None:
+                 drain: bool = False, backfill: bool = False) -> None:
         if _deferring.get():  # before anything, --fresh's deletion included
             raise RunDeferred(pipeline)
         self.pipeline = pipeline
@@ -116,6 +116,11 @@ class PipelineRun:
         self._operators_named = False
         if self.draining:
             refuse_drain(self.plan)
+        # a backfill (``backfill``): what the sources hold when it starts, in bounded batches, then live
+        self.backfilling = backfill and not self.bounded()  # a bounded pipeline reads only what it holds
+        self.backfilled_to: int | None = None  # the last batch of the backfill, once it is done
+        if backfill:
+            refuse_backfill(self.plan, drain)
 
     @property
     def progress_log(self) -> list[dict[str, Any]]:
@@ -160,6 +165,8 @@ class PipelineRun:
         self._query_id = self._query_id or query_id(self.checkpoint)
         if self.draining:  # an interrupted drain goes on with its logged end
             self._ending = LOGGED_BATCH_ONLY if end_of_time.pending_end(self.checkpoint) is not None else READ_AVAILABLE
+        elif self.backfilling:
+            self._ending = READ_AVAILABLE
         self._inbox = events.follow(self._spark, self._query_id,
                                     self._admit if self.admission is not None else None)
         try:
@@ -397,6 +404,8 @@ class PipelineRun:
             timer.daemon = True
             timer.start()
         try:
+            if self.backfilling:
+                self._backfill()
             while self.query is not None and not self.stopping and self._alive():
                 if until_exhausted:
                     self.release_paced()
@@ -425,6 +434,21 @@ class PipelineRun:
         if self._halted:
             raise KeyboardInterrupt(self.stop_reason)
         return self.result()
+
+    def _backfill(self) -> None:
+        """A backfill: the query started reads what the sources held when it started, in bounded
+        micro-batches (Spark's availableNow: as many as the sources' limits make) as fast as it
+        can, and ends; then the live query starts on the same checkpoint, so it reads exactly the
+        records that came after. A failure during the backfill restarts it under the restart
+        strategy; a stop asked meanwhile ends the run (the next backfill goes on from there)."""
+        self._until_ended(lambda: False)
+        if self.query is None or self.stopping or self.query.isActive or self.query.exception() is not None:
+            return
+        self.backfilled_to = checkpoints.last_batch(self.checkpoint, checkpoints.COMMITS)
+        self.stop_reason = ""  # the backfill's query ended as it should: the run goes on
+        self.display.backfilled(self.backfilled_to)
+        self._ending = None
+        self._start_query()
 
     def wait_drained(self) -> RunResult:
         """A drain (``drain=True``): the query reads what the sources held when it started and ends
@@ -514,6 +538,19 @@ def refuse_drain(plan: Any) -> None:
                         "bounded source, not from a drain; stop it instead, or run it on bounded sources")
 
 
+def refuse_backfill(plan: Any, drain: bool) -> None:
+    """Raise for a pipeline a backfill cannot run: in real-time mode (Spark's availableNow
+    runs micro-batches), or a backfill asked together with a drain."""
+    from headrace.spark.real_time import REAL_TIME
+
+    if drain:
+        raise PlanError(f"pipeline {plan.name!r}: a backfill goes on live after the history, a drain ends the "
+                        "pipeline for good; ask for one of them")
+    if plan.trigger == REAL_TIME:
+        raise PlanError(f"pipeline {plan.name!r} runs in real-time mode, which reads no history in bounded "
+                        "micro-batches; run it without --backfill")
+
+
 def _batch_id(progress: dict[str, Any] | None) -> int | None:
     return None if progress is None else int(progress["batchId"])
 
@@ -550,7 +587,8 @@ def deferring_runs() -> Iterator[None]:
 def run(pipeline: Any, *, state_dir: str | None = None, master: str | None = None, progress: str = "line",
         fresh: bool = False, until_exhausted: bool | None = None, max_seconds: float | None = None,
         trigger_interval: str | None = None, handle_signals: bool = True, restart_attempts: int | None = None,
-        restart_window: Any = None, restart_backoff: Any = None, drain: bool = False) -> RunResult:
+        restart_window: Any = None, restart_backoff: Any = None, drain: bool = False,
+        backfill: bool = False) -> RunResult:
     """Run ``pipeline`` until its bounded input is exhausted, Ctrl-C / SIGTERM, or ``max_seconds``.
 
     Restarting with the same ``state_dir`` continues from the checkpoint exactly where the
@@ -561,10 +599,13 @@ def run(pipeline: Any, *, state_dir: str | None = None, master: str | None = Non
     stops at a batch boundary and a second stops at once (KeyboardInterrupt). ``drain`` ends an
     unbounded pipeline for good: it reads what the sources hold now, fires every open window and
     event-time timer, and marks the checkpoint drained (docs/runtime.md, "Draining a pipeline").
+    ``backfill`` first reads what the sources hold now in bounded micro-batches, as fast as Spark
+    can, then goes on live on the same checkpoint (docs/backfill.md).
     """
     runner = PipelineRun(pipeline, state_dir=state_dir, master=master, progress=progress, fresh=fresh,
                          trigger_interval=trigger_interval, restart_attempts=restart_attempts,
-                         restart_window=restart_window, restart_backoff=restart_backoff, drain=drain)
+                         restart_window=restart_window, restart_backoff=restart_backoff, drain=drain,
+                         backfill=backfill)
     with stop_on_signals(handle_signals) as signals:
         if handle_signals and signals.installed:
             signals.attach(runner)
