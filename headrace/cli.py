@@ -111,6 +111,28 @@ def _load_pipeline_file(path: str, wanted: str) -> Any:
     return pipeline
 
 
+def cmd_switch(args: argparse.Namespace) -> int:
+    """Move readers to another version of an output: a PostgreSQL view (``--dsn``) or a link to a
+    folder; with ``--batch``, a Lambda serving view (docs/backfill.md)."""
+    from headrace.connectors import serving
+    from headrace.errors import SetupError
+
+    lambda_options = (args.batch, args.live, args.time, args.cutoff)
+    if any(lambda_options):
+        if not all(lambda_options) or args.target or not args.dsn:
+            raise SetupError("switch: a serving view needs --batch, --live, --time, --cutoff and --dsn, and no TARGET")
+        done = serving.lambda_view(args.dsn, args.name, args.batch, args.live, args.time, args.cutoff)
+    elif not args.target:
+        raise SetupError("switch: name the TARGET to point NAME at (a table with --dsn, else a folder)")
+    elif args.dsn:
+        done = serving.switch_view(args.dsn, args.name, args.target)
+    else:
+        done = serving.switch_link(args.name, args.target)
+    was = f" (was {done.previous})" if done.previous else ""
+    print(f"{done.name} -> {done.target}{was}")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Build a pipeline's plan and check it, without Spark."""
     from headrace.api.pipeline_file import plan_summary
@@ -414,6 +436,20 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--json", action="store_true", help="the result (and the plan) as JSON")
     validate.add_argument("--explain", action="store_true", help="also print the plan, as headrace explain does")
     validate.set_defaults(handler=cmd_validate)
+
+    switch = commands.add_parser(
+        "switch", help="move readers to another version of an output, atomically",
+        description="Point NAME at TARGET in one step: a PostgreSQL view at a table (with --dsn), or a symbolic "
+                    "link at a folder; or, with --batch/--live/--time/--cutoff, make NAME a Lambda serving view: "
+                    "the batch table's rows before the cut-off and the live table's from it on.")
+    switch.add_argument("name", metavar="NAME", help="the view (with --dsn) or link readers read")
+    switch.add_argument("target", metavar="TARGET", nargs="?", help="the table (with --dsn) or folder to point at")
+    switch.add_argument("--dsn", help="the PostgreSQL database of the view (a libpq connection string or URL)")
+    switch.add_argument("--batch", help="a serving view's batch table (history before the cut-off)")
+    switch.add_argument("--live", help="a serving view's live table (from the cut-off on)")
+    switch.add_argument("--time", help="a serving view's time column")
+    switch.add_argument("--cutoff", help="a serving view's cut-off time, such as 2026-11-01T00:00:00Z")
+    switch.set_defaults(handler=cmd_switch)
 
     init = commands.add_parser("init", help="create a pipeline project: a pipeline file, a Python step, a test",
                                description="Create DIR with pipeline.yaml, the Python module of its step, sample "

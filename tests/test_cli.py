@@ -65,9 +65,10 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.parametrize("command, expected", [
     ([], ["run", "explain", "demo"]),
-    (["run"], ["FILE[:PIPELINE]", "--fresh", "--max-seconds", "--state-dir", "--master", "--quiet", "--json"]),
+    (["run"], ["FILE[:PIPELINE]", "--fresh", "--backfill", "--drain", "--max-seconds", "--state-dir", "--master", "--quiet", "--json"]),
     (["explain"], ["FILE[:PIPELINE]", "--json"]),
     (["demo"], ["--variant", "--limit", "--state-dir", "--quiet", "--json"]),
+    (["switch"], ["NAME", "TARGET", "--dsn", "--batch", "--live", "--time", "--cutoff"]),
 ])
 def test_every_command_has_help(tmp_path, command, expected):
     result = headrace(*command, "--help", cwd=tmp_path)
