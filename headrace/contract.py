@@ -46,6 +46,7 @@ DEAD_LETTER_METRIC_PREFIX = "hr_dead_letters_"  # + source: records a source sen
 LATE_METRIC_PREFIX = "hr_late_"  # + step: late records a window processor dropped
 CONTROL_METRIC_PREFIX = "hr_control_"  # + source: control rows a source emitted (not records)
 REPEAT_METRIC_PREFIX = "hr_repeat_"  # + source: rows Spark counted again, the query scanning it per branch
+DRIFT_METRIC_PREFIX = "hr_drift_"  # + step: the records a learn step flagged as drift
 STEP_METRIC_PREFIX = "hr_step_"  # + step: the records a step of the query handed on (control rows not counted)
 RECORDS_FIELD = "records"  # the field of a step's (or a source's) records in its observed metric
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")

@@ -65,7 +65,8 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.parametrize("command, expected", [
     ([], ["run", "explain", "demo"]),
-    (["run"], ["FILE[:PIPELINE]", "--fresh", "--backfill", "--drain", "--max-seconds", "--state-dir", "--master", "--quiet", "--json"]),
+    (["run"], ["FILE[:PIPELINE]", "--fresh", "--backfill", "--drain", "--max-seconds", "--state-dir", "--master",
+               "--quiet", "--json"]),
     (["explain"], ["FILE[:PIPELINE]", "--json"]),
     (["demo"], ["--variant", "--limit", "--state-dir", "--quiet", "--json"]),
     (["switch"], ["NAME", "TARGET", "--dsn", "--batch", "--live", "--time", "--cutoff"]),

@@ -156,11 +156,18 @@ def test_one_model_for_the_whole_stream_learns_phishing_as_river_alone_does(spar
     assert set(learnt[0]) == {"ts", "phishing", "prediction", "metric", "drift", "seen"}
 
 
-def test_the_drift_flag_rises_within_50_records_of_a_flip_at_record_10000_and_not_before(spark, tmp_path):
+def test_the_drift_flag_rises_within_50_records_of_a_flip_at_record_10000_and_not_before(spark, tmp_path,
+                                                                                       monkeypatch):
     """River's SEA stream (seed 42), 20,000 records, the concept flipped at record 10,000 (the label
     the opposite of what it was), one model for the whole stream: the flag first rises within 50
-    records of the flip, never before it; predictions as River alone makes them."""
+    records of the flip, never before it; predictions and flags as River alone makes them, and
+    the flags counted in the server's metrics (from the progress log)."""
     from river import datasets, preprocessing
+
+    from headrace.server.metrics import Metrics
+    from headrace.server.registry import RUNNING, Entry
+
+    monkeypatch.setenv("HEADRACE_PROGRESS_LOG", str(tmp_path / "progress.jsonl"))
 
     flip = 10_000
     rows = [{"a": x[0], "b": x[1], "c": x[2], "alarm": y != (i >= flip), "ts": i * 1_000}
@@ -179,9 +186,18 @@ def test_the_drift_flag_rises_within_50_records_of_a_flip_at_record_10000_and_no
     learnt = sorted(out.rows(), key=lambda r: r["ts"])
     flagged = [i for i, r in enumerate(learnt) if r["drift"]]
     assert flagged and flip <= flagged[0] < flip + 50, flagged[:5]
-    alone, predictions = model(), []
+    alone, adwin, predictions, flags = model(), river_drift.ADWIN(), [], 0
     for r in rows:
         x = {k: r[k] for k in ("a", "b", "c")}
         predictions.append(alone.predict_one(x))
+        before = adwin.estimation
+        adwin.update(float(predictions[-1] != r["alarm"]))
+        flags += adwin.drift_detected and adwin.estimation > before
         alone.learn_one(x, r["alarm"])
     assert [r["prediction"] for r in learnt] == predictions
+    assert len(flagged) == flags
+    metrics = Metrics("progress.jsonl")
+    entry = Entry("learn_sea_flip", "/x.py", str(tmp_path), RUNNING, True)
+    assert metrics.figures(entry)["steps"]["learn"]["drift_flags_total"] == flags
+    assert f'headrace_drift_flags_total{{pipeline="learn_sea_flip",step="learn"}} {flags}' in metrics.exposition(
+        [entry], {}).splitlines()

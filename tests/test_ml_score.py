@@ -42,7 +42,11 @@ def scored(registry: Path, name: str) -> tuple[hr.Pipeline, TestSink]:
     return p, out
 
 
-def test_a_stream_is_scored_as_the_model_scores_the_rows_in_one_batch(spark, tmp_path):
+def test_a_stream_is_scored_as_the_model_scores_the_rows_in_one_batch(spark, tmp_path, monkeypatch):
+    from headrace.server.metrics import Metrics
+    from headrace.server.registry import RUNNING, Entry
+
+    monkeypatch.setenv("HEADRACE_PROGRESS_LOG", str(tmp_path / "progress.jsonl"))
     model = trained()
     assert hr.ml.publish(tmp_path / "models", model, pd.DataFrame(ROWS)[["x", "y"]], metrics={"auc": 1.0}) == 1
     manifest = hr.ml.manifest(str(tmp_path / "models"), 1)
@@ -56,6 +60,10 @@ def test_a_stream_is_scored_as_the_model_scores_the_rows_in_one_batch(spark, tmp
     assert max(abs(r["score"] - s) for r, s in zip(rows, score)) <= 1e-12
     assert [r["prediction"] for r in rows] == prediction.tolist()
     assert {r["model_version"] for r in rows} == {1}
+    metrics = Metrics("progress.jsonl")  # the version each batch was scored with, in the server's metrics
+    entry = Entry("scored", "/x.py", str(tmp_path), RUNNING, True)
+    assert metrics.figures(entry)["steps"]["score"]["model_version"] == 1
+    assert 'headrace_model_version{pipeline="scored",step="score"} 1' in metrics.exposition([entry], {}).splitlines()
 
 
 def test_a_spark_mllib_pipeline_model_scores_in_spark_as_it_transforms_the_rows_in_one_batch(spark, tmp_path):
@@ -90,7 +98,8 @@ def slow(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def test_a_sigkill_while_a_batch_is_scored_rescores_it_with_its_version_and_the_next_with_the_newest(tmp_path):
+def test_a_sigkill_while_a_batch_is_scored_rescores_it_with_its_version_and_the_next_with_the_newest(tmp_path,
+                                                                                                    monkeypatch):
     """Four files, a micro-batch each. v1 scores files 0-1; v2, published after them, file 2, whose
     batch is killed (SIGKILL of the driver's process group) once its version is recorded and before
     its sink commits; v3 is published before the restart. The restart scores file 2 again with v2,
@@ -120,6 +129,7 @@ def test_a_sigkill_while_a_batch_is_scored_rescores_it_with_its_version_and_the_
 
     args = {"name": "score_killed", "input": str(folder), "registry": registry, "state_dir": str(tmp_path / "state"),
             "out": str(tmp_path / "out")}
+    monkeypatch.setenv("HEADRACE_PROGRESS_LOG", str(tmp_path / "progress.jsonl"))  # the drivers' figures
     script = Path(__file__).resolve().parent / "score_driver.py"
     written = lambda: read_rows(args["out"], "jsonl") if os.path.isdir(args["out"]) else []  # noqa: E731
     hr.ml.publish(registry, models[1], {"x": "double", "y": "double"})
@@ -146,6 +156,9 @@ def test_a_sigkill_while_a_batch_is_scored_rescores_it_with_its_version_and_the_
     for r in rows:
         score, prediction = expected(models[r["model_version"]], [r])
         assert abs(r["score"] - score[0]) <= 1e-12 and r["prediction"] == prediction[0]
+    figures = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    by_batch = {f["batch"]: f["model_versions"]["score"] for f in figures if f.get("model_versions")}
+    assert [by_batch[b] for b in sorted(by_batch)][-2:] == [2, 3]  # file 2's batch (replayed) with v2, file 3's v3
 
 
 @pytest.mark.parametrize("build, message", [

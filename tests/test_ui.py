@@ -293,6 +293,47 @@ def test_the_dag_is_drawn_by_each_steps_rate_and_a_slow_sink_red(browser: Any, t
         expect(page.locator("aside#drawer[data-step=ids] #not-counted")).to_contain_text("not counted")
         page.locator("#drawer-close").click()
         expect(page.locator("aside#drawer")).to_have_count(0)
+
+        # A score step's drawer shows the model version of the last batch; a learn step's, its drift flags.
+        models = tmp_path / "models"
+        hr.ml.publish(models, _FixedModel(), {"amount": "long"})
+        scoring = hr.Pipeline("scoring")
+        scoring.source("orders", hr.sources.Files(str(tmp_path), schema="id long, amount long")).score(
+            str(models)).sink("scored", hr.sinks.Files(str(tmp_path / "scored"), format="jsonl"))
+        learning = hr.Pipeline("learning")
+        (learning.source("orders", hr.sources.Files(str(tmp_path), schema="id long, amount long, ts long"),
+                         event_time="ts")
+         .learn(_FixedModel, label="amount", features=["id"], drift=True, name="learner")
+         .sink("learnt", hr.sinks.Files(str(tmp_path / "learnt"), format="jsonl")))
+        for pipeline, progress in ((scoring, [{"batch": 0, "model_versions": {"score": 1}},
+                                              {"batch": 1, "model_versions": {"score": 2}}]),
+                                   (learning, [{"batch": 0, "drift_flags": {"learner": 2}},
+                                               {"batch": 1, "drift_flags": {"learner": 1}}])):
+            state = tmp_path / f"state_{pipeline.name}"
+            (server.pipeline(pipeline.name, state) / "checkpoint").mkdir(parents=True)
+            record_plan(pipeline.plan, str(state / pipeline.name))
+            (state / "progress.jsonl").write_text("".join(json.dumps(b) + "\n" for b in progress))
+        page.goto(f"{server.url}/?token={TOKEN}#/p/scoring")
+        page.locator("svg.dag .node[data-step=score]").click()
+        expect(page.locator("aside#drawer[data-step=score] tr[data-field=model_version] td")).to_have_text("v2")
+        page.goto(f"{server.url}/?token={TOKEN}#/p/learning")
+        page.locator("svg.dag .node[data-step=learner]").click()
+        drawer = page.locator("aside#drawer[data-step=learner]")
+        expect(drawer.locator("tr[data-field=drift_flags_total] td")).to_have_text("3")
+        expect(drawer.locator("tr[data-field=drift_flags_last_batch] td")).to_have_text("1")
         assert problems == []
     finally:
         server.close()
+
+
+class _FixedModel:
+    """A model that predicts 1: enough for a registry and a learn step's plan (none runs here)."""
+
+    def predict(self, rows: Any) -> list[int]:
+        return [1] * len(rows)
+
+    def predict_one(self, x: Any) -> int:
+        return 1
+
+    def learn_one(self, x: Any, y: Any) -> None:
+        pass

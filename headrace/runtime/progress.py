@@ -25,6 +25,7 @@ from headrace import config
 from headrace.contract import (
     CONTROL_METRIC_PREFIX,
     DEAD_LETTER_METRIC_PREFIX,
+    DRIFT_METRIC_PREFIX,
     LATE_METRIC_PREFIX,
     RECORDS_FIELD,
     REPEAT_METRIC_PREFIX,
@@ -120,7 +121,15 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
                              "memory_bytes": op.get("memoryUsedBytes", 0)}
                             for op in progress.get("stateOperators", [])],
         "step_records": step_records(progress),
+        # each learn step's records flagged as drift (ADWIN), in the batch
+        "drift_flags": _per_step(progress, DRIFT_METRIC_PREFIX, "drift_flags"),
     }
+
+
+def _per_step(progress: dict[str, Any], prefix: str, field: str) -> dict[str, int]:
+    observed = progress.get("observedMetrics") or {}
+    return {name[len(prefix):]: int((row or {}).get(field) or 0) for name, row in observed.items()
+            if name.startswith(prefix)}
 
 
 def step_records(progress: dict[str, Any]) -> dict[str, int]:

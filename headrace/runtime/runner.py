@@ -31,6 +31,7 @@ from headrace.environment.hdfs_lease import HdfsLease, LeaseLost, takes_hdfs_lea
 from headrace.environment.lease import Lease
 from headrace.environment.session import get_session, spark_log_file
 from headrace.errors import HeadraceError, PlanError
+from headrace.plan.nodes import ScoreNode
 from headrace.runtime import events
 from headrace.runtime.compatibility import record_plan, verify_restart
 from headrace.runtime.failures import classify
@@ -39,6 +40,7 @@ from headrace.runtime.restarts import RestartPolicy
 from headrace.runtime.signals import stop_on_signals
 from headrace.spark.compiler import compile_plan
 from headrace.spark.plan_checks import check_plan
+from headrace.spark.score_lowering import recorded_version
 from headrace.spark.specs import has_operators, stateful_steps, trigger_interval
 from headrace.spark.state_operators import steps_of_state_operators
 from headrace.spark.step_counts import same_count_as_input
@@ -215,6 +217,12 @@ class PipelineRun:
         except Exception as exc:  # noqa: BLE001 - Spark refused the query: say why in one line
             raise classify(self.plan, exc).error from None
 
+    def _add_model_versions(self, figures: dict[str, Any]) -> None:
+        """The model version each score step scored the batch with (kept in the checkpoint)."""
+        steps = [node.name for node in self.plan.nodes.values() if isinstance(node, ScoreNode)]
+        versions = {step: recorded_version(self.checkpoint, step, figures["batch"]) for step in steps}
+        figures["model_versions"] = {step: version for step, version in versions.items() if version is not None}
+
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask every source to hand out no new data; the query stops after the current batch."""
         self.stop_reason = self.stop_reason or reason
@@ -294,6 +302,8 @@ class PipelineRun:
             except queue.Empty:
                 return
             figures = self.batches.record(report)
+            if not self.remote:
+                self._add_model_versions(figures)
             self.display.batch(figures, self.batches.totals(), self.restarts)
             if not self._operators_named:
                 self._name_state_operators()

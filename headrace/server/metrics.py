@@ -23,6 +23,7 @@ from headrace.contract import END_OF_INPUT_MS
 from headrace.server.registry import DRAINING, RUNNING, Entry
 
 COUNTED = ("input_rows", "dead_letters", "late_rows_dropped")
+PER_NAME = ("step_records", "sink_ms", "drift_flags")  # figures summed per step or sink
 SLOW_SINK_MS = 1000  # a sink slower than this, taking more than half of a batch's time, is drawn red
 RECENT_BATCHES = 1000  # batch ids a replay could still run again; older ones are folded into the sums
 CHARTED_BATCHES = 120  # the recent batches ``figures`` gives
@@ -32,8 +33,8 @@ CHARTED_BATCHES = 120  # the recent batches ``figures`` gives
 class _Totals:
     offset: int = 0  # how far the progress file has been read
     folded: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
-    folded_steps: Counter[str] = field(default_factory=Counter)  # each step's records
-    folded_sink_ms: Counter[str] = field(default_factory=Counter)  # each sink's write time
+    # each step's records, each sink's write time, each learn step's drift flags: PER_NAME -> name -> sum
+    folded_per_name: dict[str, Counter[str]] = field(default_factory=lambda: {key: Counter() for key in PER_NAME})
     recent: dict[int, dict[str, Any]] = field(default_factory=dict)  # batch id -> its figures
     last: dict[str, Any] = field(default_factory=dict)  # the last batch's figures
 
@@ -58,15 +59,16 @@ class _Totals:
             figures = self.recent.pop(batch)
             for name in COUNTED:
                 self.folded[name] += _count(figures, name)
-            self.folded_steps.update(_per_name(figures, "step_records"))
-            self.folded_sink_ms.update(_per_name(figures, "sink_ms"))
+            for key in PER_NAME:
+                self.folded_per_name[key].update(_per_name(figures, key))
 
     def total(self, name: str) -> int:
         return self.folded[name] + sum(_count(figures, name) for figures in self.recent.values())
 
     def per_name_totals(self, key: str) -> Counter[str]:
-        """Each step's records (``step_records``) or each sink's write milliseconds (``sink_ms``), every batch once."""
-        total = Counter(self.folded_steps if key == "step_records" else self.folded_sink_ms)
+        """Each step's records (``step_records``), each sink's write milliseconds (``sink_ms``) or each learn
+        step's drift flags (``drift_flags``), every batch once."""
+        total = Counter(self.folded_per_name[key])
         for figures in self.recent.values():
             total.update(_per_name(figures, key))
         return total
@@ -96,6 +98,11 @@ def step_figures(totals: _Totals) -> dict[str, dict[str, Any]]:
         name: {"records_total": count, "records_last_batch": last_records.get(name),
                "records_per_second": round(last_records[name] / seconds, 1) if seconds and name in last_records
                else None} for name, count in records.items()}
+    for name, version in _per_name(last, "model_versions").items():  # a score step's model, in the last batch
+        steps.setdefault(name, {})["model_version"] = version
+    flags, last_flags = totals.per_name_totals("drift_flags"), _per_name(last, "drift_flags")
+    for name, count in flags.items():  # a learn step's drift flags (ADWIN)
+        steps.setdefault(name, {}).update({"drift_flags_total": count, "drift_flags_last_batch": last_flags.get(name)})
     written, last_written = totals.per_name_totals("sink_ms"), _per_name(last, "sink_ms")
     for name, milliseconds in written.items():
         took = last_written.get(name)
@@ -156,6 +163,12 @@ class Metrics:
                     name, totals.total("late_rows_dropped"))
                 for step, count in sorted(totals.per_name_totals("step_records").items()):
                     add("headrace_step_records_total", "counter", "records a step handed on", name, count, step=step)
+                for step, count in sorted(totals.per_name_totals("drift_flags").items()):
+                    add("headrace_drift_flags_total", "counter", "records a learn step flagged as drift (ADWIN)", name,
+                        count, step=step)
+                for step, version in sorted(_per_name(last, "model_versions").items()):
+                    add("headrace_model_version", "gauge", "the model version a score step scored the last "
+                        "micro-batch with", name, version, step=step)
                 for sink, milliseconds in sorted(totals.per_name_totals("sink_ms").items()):
                     add("headrace_sink_write_seconds_total", "counter", "time a sink took to write its batches", name,
                         milliseconds / 1000, sink=sink)

@@ -21,9 +21,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 from headrace.code_locations import function_label
-from headrace.contract import CONTROL_COLUMN, END_OF_INPUT_MS
+from headrace.contract import CONTROL_COLUMN, DRIFT_METRIC_PREFIX, END_OF_INPUT_MS
 from headrace.engine.process_logic import ProcessLogic, ProcessState, to_watermark
 from headrace.lazy_modules import LazyModule
+from headrace.ml.online import DRIFT, OnlineLearner
 from headrace.plan.nodes import RESULT_TIME, KeyedProcessNode
 from headrace.process import EVENT_TIME
 from headrace.schema import to_ddl
@@ -128,6 +129,10 @@ def lower_process(node: KeyedProcessNode, lowering: Compilation) -> DataFrame:
                                 ttl_ms)
     time_mode = "EventTime" if event_time else "ProcessingTime" if ttl_ms is not None else "None"
     output = to_ddl(node.schema) + (f", {RESULT_TIME} timestamp" if timed else "")
-    return prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
+    result = prepared.groupBy(*[F.col(f"`{c}`") for c in grouping_columns(keys)]).transformWithStateInPandas(
         statefulProcessor=driver, outputStructType=output, outputMode="Append", timeMode=time_mode,
         eventTimeColumnName=RESULT_TIME if timed else "")
+    if isinstance(node.fn, OnlineLearner) and node.fn.detect_drift:  # each batch's drift flags, for the metrics
+        flags = F.sum(F.col(DRIFT).cast("long")).alias("drift_flags")
+        result = result.observe(f"{DRIFT_METRIC_PREFIX}{node.name}", flags)
+    return result

@@ -69,6 +69,15 @@ def batch_version(node: ScoreNode, checkpoint: str, batch_id: int) -> int:
     return version
 
 
+def recorded_version(checkpoint: str, step: str, batch_id: int) -> int | None:
+    """The model version score step ``step`` scored micro-batch ``batch_id`` with, if recorded
+    (a local checkpoint; the progress figures show it)."""
+    try:
+        return int(storage.read_text(storage.join(checkpoint, MODELS_DIR, step, str(batch_id))))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def check_version(node: ScoreNode, version: int) -> None:
     """Refuse a version the step's output cannot take: its features or its prediction's type
     differ from those the pipeline was built with."""
