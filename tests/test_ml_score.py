@@ -90,6 +90,42 @@ def test_a_spark_mllib_pipeline_model_scores_in_spark_as_it_transforms_the_rows_
     assert {r["model_version"] for r in rows.values()} == {1}
 
 
+def test_an_mllib_model_other_than_assembler_and_logistic_regression_is_scored_by_its_transform_and_a_null_fails(
+        spark, tmp_path):
+    """An assembler and a binary logistic regression are scored as a native expression
+    (``linear_scorer``); with a scaler between them, by the model's own transform: both equal the
+    model's transform within 1e-12. A null feature fails the batch, as MLlib's assembler does."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import LogisticRegression as SparkLogisticRegression
+    from pyspark.ml.feature import StandardScaler, VectorAssembler
+    from pyspark.ml.functions import vector_to_array
+
+    from headrace.spark.score_lowering import linear_scorer
+
+    frame = spark.createDataFrame([(r["id"], r["x"], r["y"], float(r["x"] - r["y"] > 0)) for r in ROWS],
+                                  "id long, x double, y double, label double")
+    assembler = VectorAssembler(inputCols=["x", "y"], outputCol="raw")
+    scaled = Pipeline(stages=[assembler, StandardScaler(inputCol="raw", outputCol="features"),
+                              SparkLogisticRegression(maxIter=20)]).fit(frame)
+    linear = Pipeline(stages=[assembler, SparkLogisticRegression(maxIter=20, featuresCol="raw")]).fit(frame)
+    assert linear_scorer(scaled._to_java()) is None and linear_scorer(linear._to_java()) is not None
+    hr.ml.publish(tmp_path / "models", scaled, frame.select("x", "y"))
+    p, out = scored(tmp_path / "models", "scored_with_a_scaler")
+    hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet")
+    rows = {r["id"]: r for r in out.rows()}
+    batch = scaled.transform(frame).select("id", vector_to_array("probability")[1].alias("p"), "prediction").collect()
+    assert max(abs(rows[r["id"]]["score"] - r["p"]) for r in batch) <= 1e-12
+    assert all(rows[r["id"]]["prediction"] == r["prediction"] for r in batch)
+
+    hr.ml.publish(tmp_path / "linear", linear, frame.select("x", "y"))
+    p = hr.Pipeline("null_feature")
+    with_null = [[{"id": 1, "x": 1.0, "y": 2.0}, {"id": 2, "x": None, "y": 2.0}]]
+    p.source("points", TestSource(with_null, schema=SCHEMA)).score(str(tmp_path / "linear")).sink("out", TestSink())
+    with pytest.raises(hr.HeadraceError, match=r"score step 'score': a record has a null feature \(x, y\); the "
+                                               r"model's VectorAssembler takes no nulls"):
+        hr.run(p, state_dir=str(tmp_path / "state_null"), progress="quiet")
+
+
 def slow(rows: pd.DataFrame) -> pd.DataFrame:
     """The identity, two seconds late: a micro-batch scored with it is long enough to be killed in."""
     import time
