@@ -51,6 +51,14 @@ def test_a_stream_is_scored_as_the_model_scores_the_rows_in_one_batch(spark, tmp
     assert hr.ml.publish(tmp_path / "models", model, pd.DataFrame(ROWS)[["x", "y"]], metrics={"auc": 1.0}) == 1
     manifest = hr.ml.manifest(str(tmp_path / "models"), 1)
     assert manifest.features == (("x", "double"), ("y", "double")) and manifest.prediction == "long"
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from headrace.spark.score_lowering import sklearn_linear_scorer
+
+    # a bare binary logistic regression is scored as a native expression; a pipeline, in Python workers
+    assert sklearn_linear_scorer(model, manifest.features) is not None
+    assert sklearn_linear_scorer(make_pipeline(StandardScaler(), trained()), manifest.features) is None
     p, out = scored(tmp_path / "models", "scored")
     assert "score   score with the newest model in" in p.explain()
     hr.run(p, state_dir=str(tmp_path / "state"), progress="quiet")
@@ -121,8 +129,8 @@ def test_an_mllib_model_other_than_assembler_and_logistic_regression_is_scored_b
     p = hr.Pipeline("null_feature")
     with_null = [[{"id": 1, "x": 1.0, "y": 2.0}, {"id": 2, "x": None, "y": 2.0}]]
     p.source("points", TestSource(with_null, schema=SCHEMA)).score(str(tmp_path / "linear")).sink("out", TestSink())
-    with pytest.raises(hr.HeadraceError, match=r"score step 'score': a record has a null feature \(x, y\); the "
-                                               r"model's VectorAssembler takes no nulls"):
+    with pytest.raises(hr.HeadraceError, match=r"score step 'score': a record has a null or NaN feature "
+                                               r"\(x, y\), which the model takes none of"):
         hr.run(p, state_dir=str(tmp_path / "state_null"), progress="quiet")
 
 

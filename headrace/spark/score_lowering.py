@@ -40,8 +40,15 @@ def lower_score(node: ScoreNode, lowering: Compilation) -> DataFrame:
         raise AssertionError(f"score step {node.name!r} is lowered outside a micro-batch")
     version = batch_version(node, lowering.checkpoint, lowering.batch_id)
     df = lowering.input(node)
-    if registry.manifest(node.registry, version).flavor == registry.SPARK:
+    manifest = registry.manifest(node.registry, version)
+    if manifest.flavor == registry.SPARK:
         return _spark_scored(df, node, version)
+    key = (node.registry, version)
+    if key not in _LINEAR:  # a binary logistic regression runs as a native expression, without Python
+        _LINEAR[key] = sklearn_linear_scorer(registry.load_model(node.registry, version), manifest.features)
+    linear = _LINEAR[key]
+    if linear is not None:
+        return _linear_scored(df, node, version, linear)
     schema = (f"{', '.join(f'`{name}` {kind}' for name, kind in df.dtypes)}, {SCORE} double, "
               f"{PREDICTION} {node.prediction}, {MODEL_VERSION} bigint")
     score = functools.partial(score_batches, registry=node.registry, version=version,
@@ -93,29 +100,36 @@ def check_version(node: ScoreNode, version: int) -> None:
 
 @dataclass(frozen=True)
 class LinearScorer:
-    """A PipelineModel of a VectorAssembler and a binary LogisticRegressionModel, as numbers:
-    its score is ``1 / (1 + exp(-(w . x + b)))`` over the assembled features, the prediction
-    whether the score is above the threshold (MLlib's own formulas, in its order)."""
+    """A binary logistic regression as numbers (an MLlib VectorAssembler and
+    LogisticRegressionModel, or a scikit-learn LogisticRegression): its score is
+    ``1 / (1 + exp(-(w . x + b)))``, the formula both use, in their order; its prediction the
+    positive label when the score is above ``threshold`` (MLlib) or the margin above 0
+    (scikit-learn's ``predict``)."""
 
     inputs: tuple[str, ...]
     weights: tuple[float, ...]
     intercept: float
-    threshold: float
+    labels: tuple[Any, Any]  # (negative, positive)
+    threshold: float | None  # None: predicted by the margin's sign
 
-    def columns(self, step: str) -> tuple[Column, Column]:
-        """(score, prediction) as native Spark expressions; a null feature fails the batch, as the
-        VectorAssembler fails it."""
+    def columns(self, step: str, prediction_type: str) -> tuple[Column, Column]:
+        """(score, prediction) as native Spark expressions; a null or NaN feature fails the batch,
+        as the model itself refuses it."""
         margin = None
         for name, weight in zip(self.inputs, self.weights):
             term = F.col(f"`{name}`").cast("double") * F.lit(weight)
             margin = term if margin is None else margin + term
         assert margin is not None
-        score = F.lit(1.0) / (F.lit(1.0) + F.exp(-(margin + F.lit(self.intercept))))
-        missing = functools.reduce(lambda a, b: a | b, [F.col(f"`{n}`").isNull() for n in self.inputs])
-        score = F.when(missing, F.raise_error(F.lit(f"score step '{step}': a record has a null feature "
-                                                    f"({', '.join(self.inputs)}); the model's VectorAssembler "
-                                                    "takes no nulls"))).otherwise(score)
-        return score, F.when(score > F.lit(self.threshold), F.lit(1.0)).otherwise(F.lit(0.0))
+        margin = margin + F.lit(self.intercept)
+        score = F.lit(1.0) / (F.lit(1.0) + F.exp(-margin))
+        invalid = functools.reduce(lambda a, b: a | b, [F.col(f"`{n}`").isNull() | F.isnan(F.col(f"`{n}`"))
+                                                        for n in self.inputs])
+        score = F.when(invalid, F.raise_error(F.lit(f"score step '{step}': a record has a null or NaN feature "
+                                                    f"({', '.join(self.inputs)}), which the model takes none of"))
+                       ).otherwise(score)
+        positive = score > F.lit(self.threshold) if self.threshold is not None else margin > F.lit(0.0)
+        negative_label, positive_label = (F.lit(label).cast(prediction_type) for label in self.labels)
+        return score, F.when(positive, positive_label).otherwise(negative_label)
 
 
 _LINEAR: dict[tuple[str, int], LinearScorer | None] = {}  # (registry, version) -> the model as numbers, if linear
@@ -135,7 +149,34 @@ def linear_scorer(model: Any) -> LinearScorer | None:
                 regression.thresholds()) and regression.isSet(regression.thresholds())):
         return None
     return LinearScorer(tuple(assembler.getInputCols()), tuple(regression.coefficients().toArray()),
-                        float(regression.intercept()), float(regression.getThreshold()))
+                        float(regression.intercept()), (0.0, 1.0), float(regression.getThreshold()))
+
+
+NUMERIC_FEATURES = ("long", "int", "double", "float")
+
+
+def sklearn_linear_scorer(model: Any, features: tuple[tuple[str, str], ...]) -> LinearScorer | None:
+    """A scikit-learn model as a ``LinearScorer``, when it is exactly a binary
+    ``LogisticRegression`` over numeric features, fitted on them in the manifest's order."""
+    try:
+        from sklearn.linear_model import LogisticRegression
+    except ImportError:
+        return None
+    names = tuple(name for name, _ in features)
+    fitted_on = getattr(model, "feature_names_in_", None)
+    if (type(model) is not LogisticRegression or len(model.classes_) != 2 or model.coef_.shape != (1, len(names))
+            or any(kind not in NUMERIC_FEATURES for _, kind in features)
+            or (fitted_on is not None and tuple(fitted_on) != names)):
+        return None
+    labels = tuple(label.item() if hasattr(label, "item") else label for label in model.classes_)
+    return LinearScorer(names, tuple(float(w) for w in model.coef_[0]), float(model.intercept_[0]),
+                        (labels[0], labels[1]), None)
+
+
+def _linear_scored(df: DataFrame, node: ScoreNode, version: int, linear: LinearScorer) -> DataFrame:
+    score, prediction = linear.columns(node.name, node.prediction)
+    return df.select(*[F.col(f"`{name}`") for name in df.columns], score.alias(SCORE), prediction.alias(PREDICTION),
+                     F.lit(version).cast("long").alias(MODEL_VERSION))
 
 
 def _spark_scored(df: DataFrame, node: ScoreNode, version: int) -> DataFrame:
@@ -153,9 +194,7 @@ def _spark_scored(df: DataFrame, node: ScoreNode, version: int) -> DataFrame:
         _LINEAR[key] = linear_scorer(_SPARK_MODELS[key])
     linear = _LINEAR[key]
     if linear is not None:
-        score, prediction = linear.columns(node.name)
-        return df.select(*[F.col(f"`{name}`") for name in df.columns], score.alias(SCORE),
-                         prediction.alias(PREDICTION), F.lit(version).cast("long").alias(MODEL_VERSION))
+        return _linear_scored(df, node, version, linear)
     scored = DataFrame(_SPARK_MODELS[key].transform(df._jdf), df.sparkSession)
     if "probability" in scored.columns:
         probabilities = vector_to_array(F.col("probability"))
