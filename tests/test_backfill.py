@@ -75,11 +75,11 @@ def test_the_history_in_bounded_batches_then_exactly_the_new_files_live(spark, t
 
 
 def test_a_backfill_stopped_half_way_goes_on_from_its_checkpoint_and_the_command_line_runs_it(spark, tmp_path):
-    """A backfill stopped after its first batch, then ``headrace run FILE --backfill`` (in a
+    """A backfill of twelve files stopped after its first batch, then ``headrace run FILE --backfill`` (in a
     process of its own, stopped with --max-seconds): the rest of the history and nothing twice."""
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
-    history = [i for n in range(3) for i in write_part(folder, n)]
+    history = [i for n in range(12) for i in write_part(folder, n)]  # enough that a stop lands half-way
     run = PipelineRun(pipeline(folder, out), state_dir=str(tmp_path / "state"), progress="quiet", backfill=True)
     run.start()
     waiting = threading.Thread(target=run.wait)
@@ -102,7 +102,7 @@ def test_a_backfill_stopped_half_way_goes_on_from_its_checkpoint_and_the_command
             lines.append(line)
             if line.startswith("backfill done"):
                 break
-        assert lines and lines[-1] == "backfill done: the history read up to batch 2; now live\n", "".join(lines)
+        assert lines and lines[-1] == "backfill done: the history read up to batch 11; now live\n", "".join(lines)
     finally:
         command.send_signal(signal.SIGTERM)
         command.wait(120)
