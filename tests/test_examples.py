@@ -454,10 +454,11 @@ def produce(topic: str, records: list[tuple[str | bytes, int | None]]) -> None:
             consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": "headrace-test-ends"})
             try:
                 return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
-            except KafkaException as error:  # a topic just made has no leader for a moment
+            except KafkaException as error:  # a topic just made has no leader, or is not known here, for a moment
                 transient = error.args[0].code() in (KafkaError.NOT_LEADER_FOR_PARTITION,
                                                      KafkaError.LEADER_NOT_AVAILABLE,
-                                                     KafkaError.UNKNOWN_TOPIC_OR_PART)
+                                                     KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                     KafkaError._UNKNOWN_PARTITION)
                 if not transient or time.time() > deadline:
                     raise
             finally:
