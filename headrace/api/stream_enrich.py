@@ -10,6 +10,7 @@ from headrace.code_locations import user_location
 from headrace.durations import to_millis
 from headrace.engine.enrichment import HIDDEN_PREFIX, is_async
 from headrace.errors import PlanError, step_error
+from headrace.plan.call_policy import CallPolicy
 from headrace.plan.nodes import EnrichNode, Node
 from headrace.schema import schema_of
 
@@ -53,8 +54,7 @@ def enrich_node(node: Node, step: str, fn: Callable[..., Any], fields: Mapping[s
                    "that many threads in each worker: make the function async, or ask for 256 or fewer")
     schema = None if node.schema is None else (*node.schema, *added)
     return EnrichNode(step, (node.name,), where, schema, node.event_time, node.keys, fn=fn, added=added,
-                      concurrency=concurrency, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
-                      cache_ttl_s=cache_ttl_s, cache_key=key)
+                      calls=CallPolicy(concurrency, timeout_s, retries, backoff_s, cache_ttl_s, key))
 
 
 def _seconds(value: Any, what: str, fail: Callable[[str], PlanError], zero: bool = False) -> float:

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from headrace.contract import CONTROL_COLUMN
 from headrace.errors import StepFunctionError
+from headrace.plan.call_policy import CallPolicy
 from headrace.schema import arrow_type
 
 ERROR, POSITION, RAW = "_hr_enrich_error", "_hr_enrich_position", "_hr_enrich_raw"
@@ -37,20 +38,6 @@ HIDDEN_PREFIX = "_hr_"  # headrace's own columns are not part of the record a ca
 class PermanentError(Exception):
     """A failure another try cannot fix (an HTTP answer 4xx other than 408 and 429): the record
     goes to the dead letters without retries. A function may raise it too."""
-
-
-@dataclass(frozen=True)
-class CallPolicy:
-    """How an enrich step calls: at most ``concurrency`` calls in flight per worker, each within
-    ``timeout_s``, tried ``retries`` more times after ``backoff_s`` (doubling); answers kept
-    ``cache_ttl_s`` seconds (None: not cached) by the fields ``cache_key`` (None: all)."""
-
-    concurrency: int = 16
-    timeout_s: float = 10.0
-    retries: int = 3
-    backoff_s: float = 0.1
-    cache_ttl_s: float | None = None
-    cache_key: tuple[str, ...] | None = None
 
 
 class HttpJson:

@@ -18,6 +18,7 @@ from headrace.code_locations import function_label
 from headrace.contract import SinkConnector, SourceConnector
 from headrace.durations import describe_millis
 from headrace.expr import Expr
+from headrace.plan.call_policy import CallPolicy
 from headrace.process import declared_state
 from headrace.schema import Schema
 from headrace.triggers import Emission
@@ -453,18 +454,14 @@ class EnrichNode(Node):
     kind: ClassVar[str] = "enrich"
     fn: Callable[..., Any] = field(default=None, compare=False)  # type: ignore[assignment]
     added: tuple[tuple[str, str], ...] = ()  # the fields the calls add, with their types
-    concurrency: int = 16
-    timeout_s: float = 10.0
-    retries: int = 3
-    backoff_s: float = 0.1
-    cache_ttl_s: float | None = None
-    cache_key: tuple[str, ...] | None = None
+    calls: CallPolicy = CallPolicy()
 
     def params(self) -> dict[str, Any]:
+        calls = self.calls
         return {"function": self.function(), "added": [list(pair) for pair in self.added],
-                "concurrency": self.concurrency, "timeout_s": self.timeout_s, "retries": self.retries,
-                "backoff_s": self.backoff_s, "cache_ttl_s": self.cache_ttl_s,
-                "cache_key": list(self.cache_key) if self.cache_key is not None else None}
+                "concurrency": calls.concurrency, "timeout_s": calls.timeout_s, "retries": calls.retries,
+                "backoff_s": calls.backoff_s, "cache_ttl_s": calls.cache_ttl_s,
+                "cache_key": list(calls.cache_key) if calls.cache_key is not None else None}
 
     def function(self) -> str:
         """The function's label; a callable object (such as ``hr.HttpJson``) by its repr."""
@@ -472,4 +469,4 @@ class EnrichNode(Node):
 
     def summary(self) -> str:
         return (f"enrich with {self.function()} (adds {', '.join(n for n, _ in self.added)}; "
-                f"{self.concurrency} calls at a time, {self.retries} retries)")
+                f"{self.calls.concurrency} calls at a time, {self.calls.retries} retries)")

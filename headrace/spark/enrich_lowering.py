@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from headrace.engine.enrichment import ERROR, POSITION, RAW, CallPolicy, EnrichBatches
+from headrace.engine.enrichment import ERROR, POSITION, RAW, EnrichBatches
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import DeadLettersNode, EnrichNode
 from headrace.schema import to_ddl
@@ -26,7 +26,7 @@ def lower_enrich(node: EnrichNode, lowering: Compilation) -> DataFrame:
     if lowering.batch_id is None:
         raise AssertionError(f"enrich step {node.name!r} is lowered outside a micro-batch")
     df = lowering.input(node)
-    calls = EnrichBatches(node.name, node.defined_at, node.fn, policy_of(node), node.added, lowering.batch_id,
+    calls = EnrichBatches(node.name, node.defined_at, node.fn, node.calls, node.added, lowering.batch_id,
                           to_dead_letters=dead_letters_asked(lowering.plan, node.name))
     schema = (f"{', '.join(f'`{name}` {kind}' for name, kind in df.dtypes)}, {to_ddl(node.added)}, "
               f"{ERROR} string, {POSITION} string, {RAW} string")
@@ -44,9 +44,6 @@ def enrich_failures(node: EnrichNode, lowering: Compilation) -> DataFrame:
         F.lit(node.name).alias("source"), F.col(POSITION).alias("position"), F.col(RAW).alias("raw"),
         F.col(ERROR).alias("error"))
 
-
-def policy_of(node: EnrichNode) -> CallPolicy:
-    return CallPolicy(node.concurrency, node.timeout_s, node.retries, node.backoff_s, node.cache_ttl_s, node.cache_key)
 
 
 def dead_letters_asked(plan: Plan, step: str) -> bool:
