@@ -240,6 +240,10 @@ class SinkConnector:
         """Called on the driver before the query starts with the query's checkpoint, for a sink
         that records what Spark keeps there of each batch (a view: the batch's watermark)."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Called on the driver when a run ends, once its query has stopped: release what
+        ``write_batch`` opened (connections, clients). A later run opens them again."""
+
     def spark_packages(self) -> list[Any]:
         """The Spark packages (``headrace.environment.jars.Package``) this sink needs."""
         return []

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import headrace as hr
-from headrace.connectors.base import Guarantee, SinkConnector
+from headrace.connectors.base import Guarantee, SinkConnector, run_batch
 from headrace.connectors.failover import Failover
 from headrace.connectors.files_sink import read_rows
 from headrace.connectors.generator import generate
@@ -237,3 +237,31 @@ def expected_events() -> Counter:
     events = generate("clicks", 0, EVENTS).to_pydict()
     return Counter((user, url, moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}")
                    for user, url, moment in zip(events["user_id"], events["url"], events["event_time"]))
+
+
+class Recording(SinkConnector):
+    """Writes nothing; notes each batch written and each close in ``calls``, which its copies share."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        run_batch(df)
+        self.calls.append(f"write {batch_id}")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_a_run_closes_each_sink_and_each_member_of_a_group_once_its_query_has_stopped(spark, tmp_path):
+    """A sink's connections (a producer, a client, a database connection) are closed when the run ends:
+    ``close`` is called once, after the last batch, on a sink and on each member of a group."""
+    alone, member = [], []
+    p = hr.Pipeline(f"closing_{uuid.uuid4().hex[:8]}")
+    clicks = p.source("clicks", hr.sources.Generator("clicks", limit=EVENTS, rows_per_batch=PER_BATCH))
+    clicks.sink("alone", Recording(alone))
+    clicks.sink("group", Failover(Broken(), Recording(member)))
+    result = p.run(state_dir=str(tmp_path / "state"), progress="quiet")
+    assert result.stopped_by == "input exhausted"
+    writes = [f"write {n}" for n in range(result.batches)]
+    assert alone == [*writes, "close"] and member == [*writes, "close"]

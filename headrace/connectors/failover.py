@@ -19,6 +19,7 @@ the group then counts it as not committed there (with a warning) and the next me
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
@@ -178,6 +179,11 @@ class Failover(SinkConnector):
             return False
         self._unprepared.pop(index, None)
         return True
+
+    def close(self) -> None:
+        for member in self.members:
+            with contextlib.suppress(Exception):  # one member that does not close leaves the others to close
+                member.close()
 
     def spark_packages(self) -> list[Any]:
         return [package for member in self.members for package in member.spark_packages()]

@@ -171,6 +171,11 @@ class Loop:
             return
         if self.client is not None:
             self.loop.run_until_complete(rabbitmq_close(self.client))
+        left = asyncio.all_tasks(self.loop)  # the client's reader and heartbeat, when its close did not end them
+        for task in left:
+            task.cancel()
+        if left:
+            self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         self.loop.close()
         self.loop, self.client = None, None
 

@@ -516,6 +516,8 @@ class PipelineRun:
             else:
                 self._stop_quietly()
                 self._collect()
+            if self.query is None or not self.query.isActive:
+                self._close_sinks()
         finally:
             if self._inbox is not None:
                 events.unfollow(self._spark, self._query_id, self._inbox)
@@ -528,6 +530,12 @@ class PipelineRun:
                          totals["late_rows_dropped"], self.stop_reason, self.checkpoint,
                          round(time.time() - self.started_at, 3) if self.started_at else 0.0, self.restarts,
                          self.batches.reports)
+
+    def _close_sinks(self) -> None:
+        """Each sink's connections closed: the query that wrote through them has stopped."""
+        for sink in self.plan.sinks():
+            with contextlib.suppress(Exception):  # the run's outcome stands: its batches are committed
+                sink.connector.close()
 
     def _stop_quietly(self) -> None:
         if self.query is not None and self.query.isActive:
