@@ -69,10 +69,10 @@ class Run:
         for reader in self.readers:
             reader.start()
 
-    def signal_after(self, seconds: float, sig: signal.Signals) -> float:
+    def signal_after(self, seconds: float, sig: signal.Signals, group: bool = False) -> float:
         time.sleep(max(0.0, self.started + seconds - time.time()))
-        if sig == signal.SIGINT:
-            os.killpg(self.proc.pid, sig)  # Ctrl-C in a terminal
+        if sig == signal.SIGINT or group:
+            os.killpg(self.proc.pid, sig)  # Ctrl-C in a terminal; systemd's stop of a service (KillMode=control-group)
         else:
             self.proc.send_signal(sig)
         return time.time()
@@ -109,11 +109,13 @@ def continue_to_the_end(folder: Path) -> None:
 def test_a_signal_at_any_moment_stops_cleanly_and_the_next_run_continues(tmp_path):
     """One run after another on the same checkpoint, each stopped by a signal at another moment:
     while Python starts (SIGTERM at 1 s), while Spark starts (SIGTERM at 3 s), while batches run
-    (Ctrl-C at 5 s); then a run to the end gives exactly the uninterrupted output."""
-    for sig, seconds in [(signal.SIGTERM, 1), (signal.SIGTERM, 3), (signal.SIGINT, 5)]:
-        moment = f"{sig.name} at {seconds} s"
+    (Ctrl-C at 5 s, and SIGTERM to the whole process group, the JVM too, as systemd stops a service);
+    then a run to the end gives exactly the uninterrupted output."""
+    for sig, seconds, group in [(signal.SIGTERM, 1, False), (signal.SIGTERM, 3, False), (signal.SIGINT, 5, True),
+                                (signal.SIGTERM, 5, True)]:
+        moment = f"{sig.name} at {seconds} s{' to the group' if group else ''}"
         run = Run(tmp_path)
-        signalled = run.signal_after(seconds, sig)
+        signalled = run.signal_after(seconds, sig, group)
         rc, result, err = run.finish(timeout=30)
         assert time.time() - signalled < 30, moment
         assert rc == 0, (moment, err[-3000:])

@@ -232,6 +232,12 @@ def _launch_jvm(conf: Any) -> Any:
     from pyspark.java_gateway import launch_gateway
 
     gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    # SIGTERM is this Python process's to handle, as Ctrl-C is (pyspark starts the JVM ignoring
+    # SIGINT): one sent to the whole process group (systemd stops a service so) would otherwise end
+    # the JVM under the batch in flight, and the stop at a batch boundary with it. The JVM still
+    # ends with this process: when its stdin closes, or with a SIGKILL of the group.
+    signals = gateway.jvm.sun.misc.Signal
+    signals.handle(signals("TERM"), gateway.jvm.sun.misc.SignalHandler.SIG_IGN)
     stderr = gateway.proc.stderr
     threading.Thread(target=pass_on_stderr, args=(iter(stderr.readline, b""), lambda line: os.write(2, line)),
                      name="headrace-jvm-stderr", daemon=True).start()
