@@ -100,8 +100,8 @@ def spark_defaults(master: str) -> dict[str, str]:
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         # How long a query that found no new data waits before asking its sources again (Spark: 10 ms).
-        # Each ask lists a folder or calls a broker: an idle driver took 15 % of a core at 10 ms, 2-5 % at
-        # 100 ms (docs/performance.md); data that comes after a pause waits up to 100 ms more.
+        # Each ask lists a folder or calls a broker: idle drivers took several times the CPU
+        # (benchmarks/idle.py); data that comes after a pause waits up to 100 ms more.
         "spark.sql.streaming.pollingDelay": "100ms",
     }
 
