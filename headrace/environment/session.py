@@ -17,6 +17,7 @@ from headrace import config
 from headrace.environment import jars
 from headrace.environment.class_archive import finish_archive, jvm_start_options
 from headrace.environment.jars import Package
+from headrace.environment.local_dirs import claim_scratch_dir
 from headrace.environment.state_paths import is_remote, local_path, run_files_dir
 from headrace.errors import SetupError
 
@@ -271,6 +272,10 @@ def get_session(master: str | None = None, log_file: str | None = None, packages
     from pyspark.sql import SparkSession
 
     settings = session_settings(master, packages)
+    if not ({"spark.local.dir"} & settings.keys() or {"SPARK_LOCAL_DIRS", "PYSPARK_GATEWAY_PORT"} & os.environ.keys()):
+        scratch = claim_scratch_dir()  # the scratch files of drivers that were killed are removed here
+        if scratch is not None:
+            settings["spark.local.dir"] = scratch
     jvm_options, temporary, archive = jvm_start_options(java_banner)
     log = log_options(log_file or spark_log_file())
     settings["spark.driver.extraJavaOptions"] += " " + jvm_options + (" " + log if log else "")
