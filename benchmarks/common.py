@@ -60,16 +60,21 @@ class CpuClock:
         total = own.user + own.system
         if not self.jvm_pid or not os.path.isdir("/proc"):
             return total
-        stats = {pid: (parent, ticks) for pid, (parent, ticks, _) in process_stats().items()}
-        children: dict[int, list[int]] = {}
-        for pid, (parent, _) in stats.items():
-            children.setdefault(parent, []).append(pid)
-        todo, ticks = [self.jvm_pid], 0
-        while todo:
-            pid = todo.pop()
-            ticks += stats.get(pid, (0, 0))[1]
-            todo.extend(children.get(pid, ()))
-        return total + ticks / self.tick
+        return total + tree_ticks(self.jvm_pid) / self.tick
+
+
+def tree_ticks(root: int) -> int:
+    """The CPU ticks of process ``root`` and of every process below it (their reaped children's too)."""
+    stats = process_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    todo, ticks = [root], 0
+    while todo:
+        pid = todo.pop()
+        ticks += stats.get(pid, (0, 0, 0))[1]
+        todo.extend(children.get(pid, ()))
+    return ticks
 
 
 def process_stats() -> dict[int, tuple[int, int, int]]:

@@ -8,7 +8,7 @@ JSON lines that holds one file and gets no other: ``headrace run`` of an unbound
 pipeline (a filter, the console sink); the same query hand-written in PySpark
 (``spark.readStream.json`` to the console, Spark's settings); and that hand-written query with
 Spark's ``pollingDelay`` as headrace sets it. Once a driver has printed its first micro-batch
-and settled (10 s), the CPU time of every process of its group (the JVM, Python) is read from
+and settled (10 s), the CPU time of it and every process below it (the JVM, Python) is read from
 ``/proc`` before and after ``--seconds`` of idling. Prints a line per driver and
 ``idle headrace_cpu_per_min=<s> pyspark_cpu_per_min=<s> ratio=<pyspark / headrace>``.
 """
@@ -25,7 +25,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 TICKS = os.sysconf("SC_CLK_TCK")
+
+from benchmarks.common import tree_ticks  # noqa: E402
 
 PIPELINE = """
 import headrace as hr
@@ -50,20 +53,6 @@ query.awaitTermination()
 """
 
 
-def group_cpu_seconds(group: int) -> float:
-    """The user and system CPU time of every live process of process group ``group``."""
-    total = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group:  # the fields after the name: state, ppid, pgrp, ...
-            total += int(fields[11]) + int(fields[12])
-    return total / TICKS
-
-
 def idle_cpu(command: list[str], out: str, seconds: float, env: dict[str, str]) -> float:
     """CPU seconds per minute of ``command``'s process group while idle, after its first batch."""
     with open(out, "w") as log:
@@ -75,9 +64,9 @@ def idle_cpu(command: list[str], out: str, seconds: float, env: dict[str, str]) 
                 raise SystemExit(f"{command} printed no first batch:\n{open(out).read()[-2000:]}")
             time.sleep(0.5)
         time.sleep(10)
-        before = group_cpu_seconds(driver.pid)
+        before = tree_ticks(driver.pid) / TICKS
         time.sleep(seconds)
-        return (group_cpu_seconds(driver.pid) - before) * 60 / seconds
+        return (tree_ticks(driver.pid) / TICKS - before) * 60 / seconds
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
@@ -87,7 +76,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="seconds of idling measured per driver")
     args = parser.parse_args()
-    sys.path.insert(0, ROOT)
     from headrace.environment.session import spark_defaults
 
     headrace_delay = spark_defaults("local[*]")["spark.sql.streaming.pollingDelay"]

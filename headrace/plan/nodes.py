@@ -9,6 +9,7 @@ the compiler; ``map``, ``filter``, ``count`` and friends are built from them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -457,11 +458,9 @@ class EnrichNode(Node):
     calls: CallPolicy = CallPolicy()
 
     def params(self) -> dict[str, Any]:
-        calls = self.calls
+        key = self.calls.cache_key
         return {"function": self.function(), "added": [list(pair) for pair in self.added],
-                "concurrency": calls.concurrency, "timeout_s": calls.timeout_s, "retries": calls.retries,
-                "backoff_s": calls.backoff_s, "cache_ttl_s": calls.cache_ttl_s,
-                "cache_key": list(calls.cache_key) if calls.cache_key is not None else None}
+                **dataclasses.asdict(self.calls), "cache_key": list(key) if key is not None else None}
 
     def function(self) -> str:
         """The function's label; a callable object (such as ``hr.HttpJson``) by its repr."""

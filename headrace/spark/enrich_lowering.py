@@ -45,6 +45,5 @@ def enrich_failures(node: EnrichNode, lowering: Compilation) -> DataFrame:
         F.col(ERROR).alias("error"))
 
 
-
 def dead_letters_asked(plan: Plan, step: str) -> bool:
     return any(isinstance(n, DeadLettersNode) and step in n.inputs for n in plan.nodes.values())
