@@ -74,7 +74,8 @@ def test_each_steps_records_are_counted_exactly_as_python_counts_them(spark, tmp
     bad line each, as plain Python counts them: the source's records (the pipeline's input rows,
     the bad lines among them), a window's results, and a filter of them only the sink reads; the
     flush (a control row) is no record. The steps Spark fuses between the source and the window
-    (a filter, a Python map, the keys) are not counted."""
+    are counted too: the filter by its marker (the flush row that passes it taken off), the
+    Python map and the keys after it as handing on its records one for one."""
     folder = tmp_path / "in"
     folder.mkdir()
     records = [{"k": f"k{n % 3}", "v": n, "t": 1_000 * n} for n in range(30)]
@@ -99,7 +100,8 @@ def test_each_steps_records_are_counted_exactly_as_python_counts_them(spark, tmp
     per_window = Counter((r["k"], r["t"] // 10_000) for r in even)
     busy = sum(1 for n in per_window.values() if n > 1)
     # the source's event-time declaration hands on its records one for one: the source's less its bad lines
-    assert dict(counted) == {"src": 33, "src_event_time": 30, "per_10s": len(per_window), "busy": busy}
+    assert dict(counted) == {"src": 33, "src_event_time": 30, "evens": len(even), "tenfold": len(even),
+                             "key_by": len(even), "per_10s": len(per_window), "busy": busy}
     assert result.dead_letters == 3 and result.late_rows_dropped == 0
 
 

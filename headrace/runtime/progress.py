@@ -32,7 +32,8 @@ from headrace.contract import (
     STEP_METRIC_PREFIX,
     flush_rows,
 )
-from headrace.spark import sink_timings
+from headrace.spark import marked_counts, sink_timings
+from headrace.spark.marked_counts import MarkedStep
 
 TOTALS = ("input_rows", "dead_letters", "late_rows_dropped")
 
@@ -93,11 +94,8 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     state_rows = sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", []))
     dropped = sum(op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", []))
     dropped += _observed(progress, LATE_METRIC_PREFIX, "late_dropped")
-    control = _observed(progress, CONTROL_METRIC_PREFIX, "control_rows")
-    control += _observed(progress, DEAD_LETTER_METRIC_PREFIX, "control_rows")  # counted with the dead letters
-    control += sum(flush_rows(s.get("startOffset"), s.get("endOffset")) for s in progress.get("sources") or ())
     repeated = _observed(progress, REPEAT_METRIC_PREFIX, "repeated_rows")
-    rows = (progress.get("numInputRows") or 0) - control - repeated
+    rows = (progress.get("numInputRows") or 0) - control_rows(progress) - repeated
     durations = progress.get("durationMs") or {}
     batch_ms = durations.get("triggerExecution")
     lags = [behind for behind in map(lag, progress.get("sources") or ()) if behind is not None]
@@ -126,6 +124,13 @@ def summarise(progress: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def control_rows(progress: dict[str, Any]) -> int:
+    """The control rows the pipeline's sources handed over in the batch, all sources together."""
+    control = _observed(progress, CONTROL_METRIC_PREFIX, "control_rows")
+    control += _observed(progress, DEAD_LETTER_METRIC_PREFIX, "control_rows")  # counted with the dead letters
+    return control + sum(flush_rows(s.get("startOffset"), s.get("endOffset")) for s in progress.get("sources") or ())
+
+
 def _per_step(progress: dict[str, Any], prefix: str, field: str) -> dict[str, int]:
     observed = progress.get("observedMetrics") or {}
     return {name[len(prefix):]: int((row or {}).get(field) or 0) for name, row in observed.items()
@@ -152,14 +157,19 @@ def step_records(progress: dict[str, Any]) -> dict[str, int]:
 
 class BatchLog:
     """The batches of one run, by batch id, with their figures and the run's totals. A pipeline's
-    one source (of ``sources``) has its records among the steps': the batch's input rows. Each step
-    of ``same_as_input`` ((step, its input), in the plan's order) has its input's records, a
+    one source (of ``sources``) has its records among the steps': the batch's input rows. Each
+    marked step (``marks``, set once the query is compiled) has its marker's rows less the control
+    rows among them. Each step of ``same_as_output`` ((step, its consumer)) has its consumer's
+    records, and each of ``same_as_input`` ((step, its input), in the plan's order) its input's, a
     source's less its dead letters (``headrace/spark/step_counts.py``)."""
 
-    def __init__(self, sources: Sequence[str] = (), same_as_input: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(self, sources: Sequence[str] = (), same_as_input: Sequence[tuple[str, str]] = (),
+                 same_as_output: Sequence[tuple[str, str]] = ()) -> None:
         self.sources = set(sources)
         self.only_source = sources[0] if len(sources) == 1 else None
         self.same_as_input = list(same_as_input)
+        self.same_as_output = list(same_as_output)
+        self.marks: dict[int, MarkedStep] = {}
         self._reports: dict[int, dict[str, Any]] = {}
         self._figures: dict[int, dict[str, Any]] = {}
         self._totals = dict.fromkeys(TOTALS, 0)
@@ -171,12 +181,28 @@ class BatchLog:
         figures = {**summarise(progress), "sink_ms": sink_timings.take(str(progress.get("name") or ""), batch)}
         if self.only_source is not None:
             figures["step_records"] = {self.only_source: figures["input_rows"], **figures["step_records"]}
+        self._add_marked(figures["step_records"], progress)
         self._follow_inputs(figures["step_records"], progress)
         replaced = self._figures.get(batch, {})
         for name in TOTALS:
             self._totals[name] += (figures[name] or 0) - (replaced.get(name) or 0)
         self._reports[batch], self._figures[batch] = progress, figures
         return figures
+
+    def _add_marked(self, records: dict[str, int], progress: dict[str, Any]) -> None:
+        """Add the records of each marked step, and of the steps fused before one that hand on
+        as many records as their next step does."""
+        rows = marked_counts.take(str(progress.get("name") or ""), int(progress["batchId"]))
+        if not rows:
+            return
+        control = control_rows(progress)
+        for position, passed in rows.items():
+            if position in self.marks:
+                step, copies = self.marks[position]
+                records[step] = passed - copies * control
+        for step, consumer in self.same_as_output:
+            if consumer in records and step not in records:
+                records[step] = records[consumer]
 
     def _follow_inputs(self, records: dict[str, int], progress: dict[str, Any]) -> None:
         """Add the records of each step that hands on its input's one for one."""

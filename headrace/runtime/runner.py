@@ -39,12 +39,13 @@ from headrace.runtime.progress import BatchLog, ProgressDisplay, summarise
 from headrace.runtime.restarts import RestartPolicy
 from headrace.runtime.signals import stop_on_signals
 from headrace.spark.compiler import compile_plan
+from headrace.spark.marked_counts import ExecutionStore
 from headrace.spark.plan_checks import check_plan
 from headrace.spark.score_lowering import recorded_version
 from headrace.spark.specs import has_operators, stateful_steps, trigger_interval
 from headrace.spark.state_operators import steps_of_state_operators
-from headrace.spark.step_counts import same_count_as_input
-from headrace.spark.writer import LOGGED_BATCH_ONLY, READ_AVAILABLE, start_query
+from headrace.spark.step_counts import same_count_as_input, same_count_as_output
+from headrace.spark.writer import LOGGED_BATCH_ONLY, READ_AVAILABLE, counted_by_spark_store, start_query
 
 HALT_TIMEOUT_S = 30.0  # how long a stop at once may take before the run gives up waiting for it
 
@@ -104,7 +105,8 @@ class PipelineRun:
         self.started_at = 0.0
         self.restarts = 0
         sources = [source.name for source in self.plan.sources()]
-        self.batches = BatchLog(sources, same_count_as_input(self.plan))
+        self.batches = BatchLog(sources, same_count_as_input(self.plan), same_count_as_output(self.plan))
+        self._execution_store: ExecutionStore | None = None  # where Spark keeps marked counts (marked_counts.py)
         self._spark: Any = None
         self._query_id = ""  # Spark's id of the query, kept in the checkpoint
         self._inbox: queue.SimpleQueue[dict[str, Any]] | None = None
@@ -211,6 +213,9 @@ class PipelineRun:
                 self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir,
                                          self.trigger_interval, self._ending,
                                          self.hdfs_lease.check if self.hdfs_lease is not None else None)
+                self.batches.marks = self.compiled.lowering.marks
+                if counted_by_spark_store(self.plan, self.compiled):
+                    self._execution_store = ExecutionStore(self._spark._jsparkSession, str(self.query.id))
                 self.display.started()
         except HeadraceError:
             raise
@@ -301,6 +306,11 @@ class PipelineRun:
                 report = self._inbox.get_nowait()
             except queue.Empty:
                 return
+            if self._execution_store is not None:
+                try:
+                    self._execution_store.read(self.plan.name, int(report["batchId"]))
+                except Exception:  # noqa: BLE001 - a figure of the batch: never a reason to fail the run
+                    pass
             figures = self.batches.record(report)
             if not self.remote:
                 self._add_model_versions(figures)

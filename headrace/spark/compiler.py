@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
+from headrace.contract import CONTROL_COLUMN
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node, SourceNode, StreamJoinNode, WindowAggregateNode
 from headrace.spark.batch_roots import branch_root, shared_root
@@ -19,10 +20,11 @@ from headrace.spark.clocks import uses_test_clock
 from headrace.spark.fields_read import checked_fields_read, sources_with_checked_fields
 from headrace.spark.join_lowering import join_pairs
 from headrace.spark.lowerings import LOWERINGS
+from headrace.spark.marked_counts import MarkedStep
 from headrace.spark.specs import has_operators, output_mode, result_time_needed, spec_of, window_needs_processor
 from headrace.spark.sql import register_functions
 from headrace.spark.stateless import good_rows, with_watermark
-from headrace.spark.step_counts import count_records, counted
+from headrace.spark.step_counts import control_paths, count_records, counted, mark_records, marked
 from headrace.spark.watermarks import WatermarkPlacement
 from headrace.spark.window_lowering import window_panes
 
@@ -49,9 +51,12 @@ class Lowering(WatermarkPlacement):
 
     def __init__(self, plan: Plan, spark: SparkSession, run_dir: str, query_checkpoint: str = "",
                  fields_read: dict[str, frozenset[str]] | None = None, probe_fields: bool = False,
-                 count_steps: bool = False) -> None:
+                 count_steps: bool = False, marks: dict[int, MarkedStep] | None = None) -> None:
         super().__init__(plan)
         self.count_steps = count_steps  # the streaming query's lowering: each step's records are counted
+        # the steps counted by a marker, by plan position: the query's, and those a micro-batch's
+        # lowering adds (inside foreachBatch, the steps below the query's root; given the query's)
+        self.marks: dict[int, MarkedStep] = {} if marks is None else marks
         self.spark, self.run_dir, self.query_checkpoint = spark, run_dir, query_checkpoint
         self.fields_read, self.probe_fields = fields_read or {}, probe_fields
         self.frames: dict[str, DataFrame] = {}
@@ -90,8 +95,22 @@ class Lowering(WatermarkPlacement):
         if name not in self.frames:
             node = self.plan.nodes[name]
             df = LOWERINGS[type(node)].lower(node, self)
-            self.frames[name] = count_records(df, node) if self.count_steps and counted(self.plan, node) else df
+            if self.count_steps and counted(self.plan, node):
+                df = count_records(df, node)
+            elif (self.count_steps or self.batch_id is not None) and marked(self.plan, node, self.count_steps):
+                df = self._marked(df, name)
+            self.frames[name] = df
         return self.frames[name]
+
+    def _marked(self, df: DataFrame, name: str) -> DataFrame:
+        """``df`` under the step's marker, its control rows' copies noted (or as it is, uncounted,
+        when they cannot be told: ``step_counts.control_paths``)."""
+        copies = control_paths(self.plan, name) if CONTROL_COLUMN in df.columns else 0
+        if copies is None:
+            return df
+        position = list(self.plan.nodes).index(name)
+        self.marks[position] = MarkedStep(name, copies)
+        return mark_records(df, position)
 
     def result_time(self, node: Node) -> bool:
         """Whether the stateful step ``node``'s results carry their event time (``RESULT_TIME``)

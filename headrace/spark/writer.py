@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from headrace.environment.checkpoints import query_id
 from headrace.errors import SinkError, describe, python_worker_crashed, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
-from headrace.spark import real_time, sink_timings, stages
+from headrace.spark import marked_counts, real_time, sink_timings, stages
 from headrace.spark.batch_roots import shared_root
 from headrace.spark.compiler import Compiled, Lowering, query_roots
 from headrace.spark.real_time import REAL_TIME
@@ -46,6 +47,7 @@ ASYNC_PROGRESS_WRITERS = ("kafka",)
 READ_AVAILABLE = "available now"
 LOGGED_BATCH_ONLY = "logged batch only"
 _NO_NEXT_TRIGGER = "1 day"
+SAME_STREAM, FROM_ROOT, TAGGED = "same stream", "from root", "tagged"  # how a query reaches its sinks (_route)
 
 
 def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, asked_interval: str | None,
@@ -58,20 +60,18 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         sink.connector.prepare(run_dir)
         sink.connector.locate_checkpoint(checkpoint)
     frames: dict[str, DataFrame] = compiled.sink_frames
-    inputs = {sink.inputs[0] for sink in sinks}
     frames = {sink.name: frames[sink.name] for sink in sinks if sink.name in frames}  # none with operators
     root = shared_root(plan)
     native = native_sink_format(plan, sinks[0])
-    if has_operators(plan):
+    route = _route(plan, compiled)
+    if route == FROM_ROOT:
         assert root is not None
         stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint, guard)
-    elif native or (len(inputs) == 1 and not (root and root in compiled.lowering.raw_outputs)):
+    elif route == SAME_STREAM:
         # Spark's own writer writes the query's stream as it is: the sink's frame, never a root
         # stream split per batch (a window processor's raw output has its internal columns)
         stream = frames[sinks[0].name]
         dispatch = _same_stream(plan.name, sinks, guard)
-    elif root is not None:
-        stream, dispatch = _from_root(plan, compiled, root, sinks, run_dir, checkpoint, guard)
     else:
         stream, dispatch = _tagged(plan, compiled, sinks, run_dir, checkpoint, guard)
     if native:
@@ -100,8 +100,74 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         if native in ASYNC_PROGRESS_WRITERS and plan.trigger != REAL_TIME and not stateful and ending is None:
             writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
-        writer = writer.foreachBatch(dispatch)
+        started = _StartedQuery()
+        reads_marks = bool(compiled.lowering.marks)
+        writer = writer.foreachBatch(_reading_marks(plan.name, dispatch, started) if reads_marks else dispatch)
+        query = writer.start()
+        if reads_marks:
+            started.set(query)
+        return query
     return writer.start()
+
+
+class _StartedQuery:
+    """The query ``foreachBatch`` runs in (Spark's ``StreamExecution``), once ``start`` has returned it."""
+
+    WAIT_S = 30.0
+
+    def __init__(self) -> None:
+        self._set = threading.Event()
+        self.jquery: Any = None
+
+    def set(self, query: Any) -> None:
+        try:
+            self.jquery = query._jsq.streamingQuery()
+        finally:
+            self._set.set()
+
+    def wait(self) -> Any:
+        """The query, or None if it was not handed over."""
+        self._set.wait(self.WAIT_S)
+        return self.jquery
+
+
+def _reading_marks(query: str, dispatch: Callable[[DataFrame, int], None],
+                   started: _StartedQuery) -> Callable[[DataFrame, int], None]:
+    """``dispatch``, then the batch's marked counts read from its plan (``marked_counts.py``),
+    in the query's thread while the plan is the batch's."""
+    markers = marked_counts.PlanMarkers()
+
+    def counted(df: DataFrame, batch_id: int) -> None:
+        dispatch(df, batch_id)
+        jquery = started.wait()
+        try:
+            if jquery is not None:
+                markers.read_last_execution(query, batch_id, jquery)
+        except Exception:  # noqa: BLE001 - a figure of the batch: never a reason to fail it
+            pass
+    return counted
+
+
+def _route(plan: Plan, compiled: Compiled) -> str:
+    """How the query reaches its sinks (the module's docstring): its stream as it is, split per batch
+    below its sinks' shared root, or packed from each sink's branch root."""
+    root = shared_root(plan)
+    if has_operators(plan):
+        return FROM_ROOT
+    if native_sink_format(plan, plan.sinks()[0]) or (
+            len({sink.inputs[0] for sink in plan.sinks()}) == 1
+            and not (root and root in compiled.lowering.raw_outputs)):
+        return SAME_STREAM
+    return FROM_ROOT if root is not None else TAGGED
+
+
+def counted_by_spark_store(plan: Plan, compiled: Compiled) -> bool:
+    """Whether some marked counts are read from Spark's store of SQL executions: those of a query
+    Spark's own writer writes, and those of the steps lowered per batch in ``foreachBatch``, which
+    the sinks' executions run (``marked_counts.py``)."""
+    if _route(plan, compiled) != SAME_STREAM:
+        return True
+    return bool(compiled.lowering.marks) and native_sink_format(plan, plan.sinks()[0]) is not None
 
 
 def _bound(sink: SinkNode, owner: str) -> SinkNode:
@@ -169,10 +235,10 @@ def _same_stream(query: str, sinks: list[SinkNode], guard: Callable[[int], None]
 
 
 @contextmanager
-def _batch_lowering(plan: Plan, df: DataFrame, run_dir: str) -> Iterator[Lowering]:
-    """A ``Lowering`` for one micro-batch, ``df`` (persisted); when it is done, the frames it
-    cached and ``df`` are unpersisted."""
-    per_batch = Lowering(plan, df.sparkSession, run_dir)
+def _batch_lowering(plan: Plan, compiled: Compiled, df: DataFrame, run_dir: str) -> Iterator[Lowering]:
+    """A ``Lowering`` for one micro-batch, ``df`` (persisted), marking the steps it counts in the
+    query's marks; when it is done, the frames it cached and ``df`` are unpersisted."""
+    per_batch = Lowering(plan, df.sparkSession, run_dir, marks=compiled.lowering.marks)
     try:
         yield per_batch
     finally:
@@ -210,7 +276,7 @@ def _from_root(plan: Plan, compiled: Compiled, root: str, sinks: list[SinkNode],
     def dispatch(df: DataFrame, batch_id: int) -> None:
         if not once:
             df = df.persist()
-        with _batch_lowering(plan, df, run_dir) as per_batch:
+        with _batch_lowering(plan, compiled, df, run_dir) as per_batch:
             per_batch.batch_id, per_batch.checkpoint = batch_id, checkpoint
             per_batch.seed(root, df)
             for name in operators:  # every window runs and saves its state, even when the sinks have the batch
@@ -244,7 +310,7 @@ def _tagged(plan: Plan, compiled: Compiled, sinks: list[SinkNode], run_dir: str,
 
     def dispatch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
-        with _batch_lowering(plan, df, run_dir) as per_batch:
+        with _batch_lowering(plan, compiled, df, run_dir) as per_batch:
             per_batch.batch_id, per_batch.checkpoint = batch_id, checkpoint
             for index, root in enumerate(roots):
                 per_batch.seed(root, df.filter(F.col(SINK_TAG) == index).select(f"{SINK_TAG}_{index}.*"))

@@ -187,8 +187,9 @@ function stepDrawer(nodes, steps, recent, stateOnDisk) {
     writes.length ? [el("p", { class: "quiet" }, "write ms per batch"), chart(writes, "step-writes-chart", 300)] : [],
     state.length ? statePartitions(state, "step-state-partitions") : [],
     counted || sink || node.kind === "sink" ? [] :
-      el("p", { class: "quiet", id: "not-counted" }, "Its records are not counted: Spark runs it fused with the steps " +
-        "around it, and counting it would cost throughput (docs/control-plane.md)."))];
+      el("p", { class: "quiet", id: "not-counted" }, "Its records are not counted: it runs where they cannot be counted " +
+        "exactly at no cost (after another step in one Python stage, or per batch below the query; " +
+        "docs/control-plane.md)."))];
 }
 
 // When the last batch ended less its watermark (none past the end of a bounded input).
