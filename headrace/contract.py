@@ -115,6 +115,9 @@ class SourceContext:
     # a pipeline with several sources: the source counts its records (rows that are not control
     # rows) in the observed metric it keeps anyway (``count_dead_letters``)
     count_records: bool = False
+    # the query counts the source's dead letters itself, as its input rows less its good rows
+    # (``headrace/spark/step_counts.py``): the source keeps no observed metric for them
+    dead_letters_counted: bool = False
 
     def options(self) -> dict[str, str]:
         return {"hr_run_dir": self.run_dir, "hr_source": self.source_name}

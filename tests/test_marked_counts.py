@@ -62,6 +62,10 @@ def pipeline(folder: Path, *sinks: Any, dead_letters: Any = None) -> hr.Pipeline
     return p
 
 
+def observed_metrics(run: PipelineRun) -> set[str]:
+    return {name for report in run.batches.reports for name in report.get("observedMetrics") or {}}
+
+
 def counted_per_batch(run: PipelineRun) -> list[dict[str, int]]:
     return [{step: n for step, n in figures["step_records"].items() if step != "as_named"}
             for figures in run.batches.figures if figures["input_rows"]]
@@ -74,9 +78,10 @@ def test_each_fused_step_is_counted_exactly_beside_two_sinks(spark, tmp_path):
     out = TestSink()
     run = PipelineRun(pipeline(tmp_path / "in", out, hr.sinks.Null()), state_dir=str(tmp_path / "state"),
                       progress="quiet").start()
-    run.wait()
+    result = run.wait()
     assert counted_per_batch(run) == [expected(records) for records in parts()]
     assert len(out.rows()) == sum(expected(records)["both"] for records in parts())
+    assert result.dead_letters == 3 and [f["dead_letters"] for f in run.batches.figures if f["input_rows"]] == [1, 1, 1]
 
 
 def test_each_step_is_counted_exactly_beside_the_dead_letters(spark, tmp_path):
@@ -87,9 +92,10 @@ def test_each_step_is_counted_exactly_beside_the_dead_letters(spark, tmp_path):
     out, bad = TestSink(), TestSink()
     run = PipelineRun(pipeline(tmp_path / "in", out, dead_letters=bad), state_dir=str(tmp_path / "state"),
                       progress="quiet").start()
-    run.wait()
+    result = run.wait()
     assert counted_per_batch(run) == [{**expected(records), "dead_letters": 1} for records in parts()]
     assert len(out.rows()) == sum(expected(records)["both"] for records in parts()) and len(bad.rows()) == 3
+    assert result.dead_letters == 3  # split off per batch: counted by the source's observed metric, as before
 
 
 def test_each_fused_step_is_counted_exactly_under_sparks_own_writer(spark, tmp_path):
@@ -98,8 +104,9 @@ def test_each_fused_step_is_counted_exactly_under_sparks_own_writer(spark, tmp_p
     write_parts(tmp_path / "in")
     run = PipelineRun(pipeline(tmp_path / "in", hr.sinks.Files(str(tmp_path / "out"), format="jsonl")),
                       state_dir=str(tmp_path / "state"), progress="quiet").start()
-    run.wait()
+    result = run.wait()
     assert counted_per_batch(run) == [expected(records) for records in parts()]
+    assert result.dead_letters == 3
     written = [line for path in (tmp_path / "out").glob("part-*") for line in path.read_text().splitlines()]
     assert Counter(json.loads(line)["name"] == "big" for line in written)[True] == \
         sum(expected(records)["big"] for records in parts())
@@ -143,3 +150,25 @@ def test_a_union_of_two_sources_and_an_sql_step_before_a_window_are_counted_exac
     assert {step: counted[step] for step in ("bids", "asks", "both", "fours", "doubled", "per_5s")} == {
         "bids": 20, "asks": 20, "both": 40, "fours": len(kept), "doubled": len(doubled_rows),
         "per_5s": len(windows_out)}
+
+
+def test_a_source_read_once_counts_its_dead_letters_by_its_good_rows_marker(spark, tmp_path):
+    """A pipeline's one source, read once, its good rows read by the query: its dead letters are
+    its input rows less its good rows' marker, with no observed metric on its rows (which Spark
+    evaluates row by row above the scan); every step's count and the dead letters exact."""
+    write_parts(tmp_path / "in")
+    p = hr.Pipeline("once")
+    src = p.source("src", hr.sources.Files(str(tmp_path / "in"), schema=SCHEMA, bounded=True, max_files_per_batch=1))
+    kept = src.filter(hr.col("v") % 3 != 0, name="kept")
+    tens = kept.select("k", (hr.col("v") * 10).alias("v"), name="tens")
+    tens.flat_map(lambda r: [r] * (r["v"] % 4 // 2 + 1), schema=SCHEMA, name="copies").sink("out", hr.sinks.Null())
+    run = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start()
+    result = run.wait()
+
+    def model(records: list[dict[str, int]]) -> dict[str, int]:
+        kept_rows = [r for r in records if r["v"] % 3 != 0]
+        return {"src": len(records) + 1, "kept": len(kept_rows), "tens": len(kept_rows),
+                "copies": sum(r["v"] * 10 % 4 // 2 + 1 for r in kept_rows)}
+    assert [f["step_records"] for f in run.batches.figures if f["input_rows"]] == [model(r) for r in parts()]
+    assert [f["dead_letters"] for f in run.batches.figures if f["input_rows"]] == [1, 1, 1]
+    assert result.dead_letters == 3 and not any(name.startswith("hr_dead_letters") for name in observed_metrics(run))

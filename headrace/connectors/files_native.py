@@ -53,6 +53,8 @@ from headrace.errors import SourceError
 from headrace.schema import Schema, arrow_schema, to_ddl
 
 CORRUPT = "_hr_corrupt"
+CONVERTED = "_hr_converted_"  # + a temporal field's name: its value converted, in the projection of conversions
+PARTITION = "_hr_partition"  # that projection's non-deterministic column (see _with_dead_letters)
 TEMPORAL = ("timestamp", "date")
 SPARK_FORMATS = {"jsonl": "json", "csv": "csv", "parquet": "parquet"}
 KEEP_EVERY_FILE = "3650000d"  # Spark's maxFileAge: files this much older than the newest are skipped
@@ -163,20 +165,29 @@ def _with_dead_letters(frame: Any, context: SourceContext, path: str, format: st
     from pyspark.sql import functions as F
 
     source, columns, unreadable = context.source_name, [], F.lit(False)
+    converted_columns = []
     for name, kind in schema:
         column = F.col(f"`{name}`")
         if kind in TEMPORAL and context.probe_fields:
             column = F.timestamp_millis(F.length(column) + F.lit(probe_mark(source, name)))
         elif kind in TEMPORAL:
-            converted = _temporal(column, kind)
+            converted_columns.append(_temporal(column, kind).alias(f"{CONVERTED}{name}"))
+            converted = F.col(f"`{CONVERTED}{name}`")
             if context.fields_read is None or name in context.fields_read:
                 unreadable = unreadable | (column.isNotNull() & converted.isNull())
             column = converted
         columns.append(column.alias(name))
+    if converted_columns:
+        # Each conversion once a row: in a projection of its own, which a non-deterministic column
+        # (read by the dead-letter test below) keeps Spark's optimizer from pushing the good-rows
+        # filter through, inlining each conversion into the filter and the output a second time.
+        frame = frame.select("*", *converted_columns, F.spark_partition_id().alias(PARTITION))
+        unreadable = unreadable | (F.col(PARTITION) < 0)
     corrupt = F.col(CORRUPT).isNotNull()
     bad = corrupt | unreadable
-    frame = count_dead_letters(frame, source, bad, control if count_control else None,
-                               records=record_count(control) if context.count_records else None)
+    if not context.dead_letters_counted:
+        frame = count_dead_letters(frame, source, bad, control if count_control else None,
+                                   records=record_count(control) if context.count_records else None)
     raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[F.col(f"`{n}`") for n, _ in schema])))
     error = F.when(corrupt, F.lit(f"the line is not a {'JSON object' if format == 'jsonl' else 'CSV row'} of the "
                                   f"schema {to_ddl(schema)}")).otherwise(F.lit("a timestamp or date that is neither "

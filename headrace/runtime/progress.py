@@ -33,7 +33,7 @@ from headrace.contract import (
     flush_rows,
 )
 from headrace.spark import marked_counts, sink_timings
-from headrace.spark.marked_counts import MarkedStep
+from headrace.spark.marked_counts import GOOD_ROWS, MarkedStep
 
 TOTALS = ("input_rows", "dead_letters", "late_rows_dropped")
 
@@ -181,36 +181,52 @@ class BatchLog:
         figures = {**summarise(progress), "sink_ms": sink_timings.take(str(progress.get("name") or ""), batch)}
         if self.only_source is not None:
             figures["step_records"] = {self.only_source: figures["input_rows"], **figures["step_records"]}
-        self._add_marked(figures["step_records"], progress)
-        self._follow_inputs(figures["step_records"], progress)
+        dead_by_source = self._add_marked(figures, progress)
+        self._follow_inputs(figures["step_records"], progress, dead_by_source)
         replaced = self._figures.get(batch, {})
         for name in TOTALS:
             self._totals[name] += (figures[name] or 0) - (replaced.get(name) or 0)
         self._reports[batch], self._figures[batch] = progress, figures
         return figures
 
-    def _add_marked(self, records: dict[str, int], progress: dict[str, Any]) -> None:
+    def _add_marked(self, figures: dict[str, Any], progress: dict[str, Any]) -> dict[str, int]:
         """Add the records of each marked step, and of the steps fused before one that hand on
-        as many records as their next step does."""
+        as many records as their next step does; a source whose marker counts its good rows has
+        its dead letters added to the batch's. Returns the dead letters, by source, of those."""
+        records = figures["step_records"]
+        dead: dict[str, int] = {}
         rows = marked_counts.take(str(progress.get("name") or ""), int(progress["batchId"]))
-        if not rows:
-            return
         control = control_rows(progress)
         for position, passed in rows.items():
-            if position in self.marks:
-                step, copies = self.marks[position]
+            if position not in self.marks:
+                continue
+            step, copies, counts = self.marks[position]
+            if counts == GOOD_ROWS:  # the pipeline's one source: its records are the batch's input rows
+                dead[step] = figures["input_rows"] - passed
+            else:
                 records[step] = passed - copies * control
+        figures["dead_letters"] += sum(dead.values())
         for step, consumer in self.same_as_output:
             if consumer in records and step not in records:
                 records[step] = records[consumer]
+        return dead
 
-    def _follow_inputs(self, records: dict[str, int], progress: dict[str, Any]) -> None:
-        """Add the records of each step that hands on its input's one for one."""
+    def _follow_inputs(self, records: dict[str, int], progress: dict[str, Any], dead_by_source: dict[str, int]) -> None:
+        """Add the records of each step that hands on its input's one for one: a source's less
+        its dead letters (unknown in a batch whose marker count did not come)."""
         observed = progress.get("observedMetrics") or {}
+        by_good_rows = {mark.step for mark in tuple(self.marks.values()) if mark.counts == GOOD_ROWS}
         for step, upstream in self.same_as_input:
-            if upstream in records and step not in records:
-                dead = observed.get(f"{DEAD_LETTER_METRIC_PREFIX}{upstream}") if upstream in self.sources else None
-                records[step] = records[upstream] - int((dead or {}).get("dead_letters") or 0)
+            if upstream not in records or step in records:
+                continue
+            dead = 0
+            if upstream in by_good_rows:
+                if upstream not in dead_by_source:
+                    continue
+                dead = dead_by_source[upstream]
+            elif upstream in self.sources:
+                dead = int((observed.get(f"{DEAD_LETTER_METRIC_PREFIX}{upstream}") or {}).get("dead_letters") or 0)
+            records[step] = records[upstream] - dead
 
     def __len__(self) -> int:
         return len(self._reports)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import Node
+from headrace.plan.nodes import Node, SourceNode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +46,10 @@ class Compilation(Protocol):
     def result_time(self, node: Node) -> bool: ...
 
     def needs_control(self, source: str) -> bool: ...
+
+    def dead_letters_by_good_rows(self, source: SourceNode) -> bool: ...
+
+    def mark_good_rows(self, df: DataFrame, source: str) -> DataFrame: ...
 
     def control_needed_after(self, name: str) -> bool: ...
 

@@ -40,12 +40,17 @@ _lock = threading.Lock()
 _counts: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
 
 
+GOOD_ROWS = "good rows"  # a source's marker counts its good rows: its dead letters are its input rows less them
+
+
 class MarkedStep(NamedTuple):
     """A step counted by its marker, and how many copies of each source's control rows pass it
-    (taken off its count: ``headrace/spark/step_counts.py``)."""
+    (taken off its count: ``headrace/spark/step_counts.py``); ``counts`` says what the marker's
+    count is of."""
 
     step: str
     control_copies: int
+    counts: str = "records"
 
 
 def marker(position: int) -> int:

@@ -73,8 +73,9 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
     dead letters read) and its observed raw stream (where a query can stop, to split the
     good rows from the dead letters in each micro-batch) in the compilation."""
     count_records = len(lowering.plan.sources()) > 1  # one source's records are the query's input rows
+    by_good_rows = lowering.dead_letters_by_good_rows(node)
     context = SourceContext(lowering.run_dir, node.name, lowering.query_checkpoint, lowering.needs_control(node.name),
-                            lowering.fields_read.get(node.name), lowering.probe_fields, count_records)
+                            lowering.fields_read.get(node.name), lowering.probe_fields, count_records, by_good_rows)
     os.makedirs(lowering.run_dir, exist_ok=True)
     node.connector.prepare(context)
     raw = node.connector.read_stream(lowering.spark, context)
@@ -93,11 +94,12 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
         df = raw.observe(f"{STEP_METRIC_PREFIX}{node.name}", record_count(control))
     if node.connector.emits_dead_letters:
         lowering.raw_sources[node.name] = raw
-        if not node.connector.counts_dead_letters:  # (one that does counted its records too, told by the context)
+        if not node.connector.counts_dead_letters and not by_good_rows:  # (one that does counted its records too)
             df = count_dead_letters(df, node.name, F.col(DEAD_COLUMNS[1]).isNotNull(),
                                     records=record_count(control) if count_records else None)
         lowering.observed_sources[node.name] = df
-    return good_rows(node, df, lowering)
+    good = good_rows(node, df, lowering)
+    return lowering.mark_good_rows(good, node.name) if by_good_rows else good
 
 
 def good_rows(node: SourceNode, df: DataFrame, lowering: Compilation) -> DataFrame:

@@ -1,33 +1,34 @@
-"""The records of the steps where counting costs nothing measurable, exact in every micro-batch:
-a Spark observed metric (``hr_step_<step>``, ``records``) on the step's output in the streaming
-query, which Spark reports with the batch's progress (``headrace/runtime/progress.py``).
+"""The records of every step, exact in every micro-batch, counted where it costs nothing measurable.
 
-An observed metric counts as rows pass, inside the tasks, with no second pass over the data, but
-it is a plan node of its own, evaluated row by row without generated code: between two steps
-that Spark compiles into one piece of generated code (a filter, a projection, a static join, the
-partial aggregate before a shuffle) it cuts that code in two. Counted on every step, it cost YSB
-14 % of its throughput (native 0.83 of hand-written PySpark instead of 0.97), and on the sources
-alone still 6 % (0.91; docs/performance.md). So the steps counted are those whose output is
-small or already leaves generated code: each stateful step (Spark's stateful operators are not
-generated code) and each step only sinks read (the top of the query). A source's records are
-Spark's count of what it read, for a pipeline with one source (``headrace/runtime/runner.py``);
-with several, each source counts them in the observed metric it keeps anyway (of its dead
-letters or its control rows: one more aggregate in a node that is there already), or in one of
-its own when it keeps none (``headrace/spark/stateless.py``). A source's records include the
-lines it sends to the dead letters, as the input rows of a single source do. A step that hands
-on its input's records one for one has its input's count (``same_count_as_input``).
+* A stateful step: a Spark observed metric (``hr_step_<step>``, ``records``) on its output in the
+  streaming query, which Spark reports with the batch's progress (``headrace/runtime/progress.py``).
+  An observed metric counts as rows pass, inside the tasks, with no second pass over the data,
+  but it is a plan node of its own, evaluated row by row without generated code: between two
+  steps that Spark compiles into one piece of generated code (a filter, a projection, a static
+  join, the partial aggregate before a shuffle) it cuts that code in two. Counted on every step,
+  it cost YSB 14 % of its throughput (native 0.83 of hand-written PySpark instead of 0.97), and
+  on the sources alone still 6 % (0.91; docs/performance.md). A stateful operator's output
+  leaves generated code anyway.
+* A source: Spark's count of what it read, for a pipeline with one source
+  (``headrace/runtime/runner.py``); with several, each source counts its records in the observed
+  metric it keeps anyway (of its dead letters or its control rows: one more aggregate in a node
+  that is there already), or in one of its own when it keeps none (``headrace/spark/stateless.py``).
+  A source's records include the lines it sends to the dead letters, as the input rows of a
+  single source do. A pipeline's one source, read once, counts its dead letters as its input
+  rows less a marker's count of its good rows (below), with no observed metric on its rows.
+* A step that hands on its input's records one for one: its input's count (``same_count_as_input``).
 
-The other stateless steps (a filter, a flat map, a join with a table, a union, a fused Python
-stage that changes the number of records), in the query or lowered per micro-batch inside
-``foreachBatch`` below the query's root, are counted from Spark's own SQL metrics:
-each is *marked* by a filter that keeps every row (``spark_partition_id() > -<mark>``, which
-Catalyst neither merges with another filter nor pushes down, being non-deterministic) and stays
-in the generated code, and the marker's "number of output rows" is the step's output, read after
-the batch (``headrace/spark/marked_counts.py``). A marked step whose rows carry control rows has
-them taken off: those of every source, times the paths by which each reaches the step, when all
-of the pipeline's sources reach it by as many paths (otherwise it is not counted). A step inside
-a fused Python stage has its count from the stage's next step when that one hands on its records
-one for one (``same_count_as_output``).
+* The other stateless steps (a filter, a flat map, a join with a table, a union, an SQL step, a
+  fused Python stage that changes the number of records), in the query or lowered per
+  micro-batch inside ``foreachBatch`` below the query's root, are counted from Spark's own SQL
+  metrics: each is *marked* by a filter that keeps every row (``spark_partition_id() >
+  -<mark>``, which Catalyst neither merges with another filter nor pushes down, being
+  non-deterministic) and stays in the generated code, and the marker's "number of output rows"
+  is the step's output, read after the batch (``headrace/spark/marked_counts.py``). A marked
+  step whose rows carry control rows has them taken off: those of every source, times the paths
+  by which each reaches the step, when all of the pipeline's sources reach it by as many paths
+  (otherwise it is not counted). A step inside a fused Python stage has its count from the
+  stage's next step when that one hands on its records one for one (``same_count_as_output``).
 
 Control rows (watermark moves, the end-of-input flush) are not records and are not counted. Not
 counted: static tables, sinks (a sink's records are its input's), a Python filter or flat map
@@ -64,11 +65,8 @@ NOT_COUNTED = (SinkNode, TableNode, OperatorNode, PortNode)
 
 
 def counted(plan: Plan, node: Node) -> bool:
-    """Whether the streaming query counts ``node``'s records: a stateful step, or a step only sinks read."""
-    if isinstance(node, (*NOT_COUNTED, SourceNode)):
-        return False
-    consumers = plan.consumers(node.name)
-    return spec_of(node).stateful or bool(consumers) and all(isinstance(c, SinkNode) for c in consumers)
+    """Whether the streaming query counts ``node``'s records by an observed metric: a stateful step."""
+    return not isinstance(node, (*NOT_COUNTED, SourceNode)) and spec_of(node).stateful
 
 
 def one_for_one(node: Node) -> bool:
