@@ -98,9 +98,11 @@ class PlanMarkers:
     counts Spark's whole-stage-code and input-adapter nodes). The first batch looks at every node
     (two calls into the JVM a node) and notes where the markers are; later batches, whose plans
     have the same shape, go straight to them (four calls a marker), and look again when a node
-    there is no longer the marker (a source with no data in a batch can take a branch away)."""
+    there is no longer the marker or a marker of ``expected`` was not found (Spark leaves out the
+    branch of a source that had no data in a batch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, expected: set[int]) -> None:
+        self._expected = set(expected)  # the positions marked in the query
         self._where: dict[int, list[int]] = {}  # marked position -> node numbers
 
     def _find(self, plan: Any) -> None:
@@ -126,7 +128,7 @@ class PlanMarkers:
     def read(self, execution: Any) -> dict[int, int]:
         """Each marker's rows in the executed plan."""
         plan = execution.executedPlan()
-        counts = self._read(plan) if self._where else None
+        counts = self._read(plan) if self._where.keys() >= self._expected else None
         if counts is None:
             self._find(plan)
             counts = self._read(plan) or {}
@@ -147,7 +149,7 @@ class ExecutionStore:
         self._store = jsession.sharedState().statusStore()
         self._query = f"id = {query_id}"
         self._next_id = 0  # executions below it have been looked at
-        self._where: dict[int, list[tuple[int, int]]] = {}  # see _markers_of
+        self._where: dict[int, tuple[int, list[tuple[int, int]]]] = {}  # see _markers_of
 
     def _executions_of(self, batch: int) -> list[int]:
         """The ids of the batch's executions (their description names the query and the batch: a
@@ -210,12 +212,14 @@ class ExecutionStore:
     def _markers_of(self, ordinal: int, nodes: Any) -> list[tuple[int, int]]:
         """(node index, marked position) of each marker among an execution's plan graph's nodes,
         the ``ordinal``-th of its batch: where the same execution of the last batch had them, when
-        they are still there (two calls a marker), else found among all nodes (two a node)."""
+        its graph has as many nodes and they are still there (two calls a marker), else found
+        among all nodes (two a node; Spark leaves out the branch of a source without data)."""
+        size = int(nodes.size())
         noted = self._where.get(ordinal)
-        if noted is not None and all(index < nodes.size() and position_of(nodes.apply(index).desc()) == position
-                                     for index, position in noted):
-            return noted
-        found = [(index, position) for index in range(nodes.size())
+        if noted is not None and noted[0] == size and all(position_of(nodes.apply(index).desc()) == position
+                                                          for index, position in noted[1]):
+            return noted[1]
+        found = [(index, position) for index in range(size)
                  if (position := position_of(nodes.apply(index).desc())) is not None]
-        self._where[ordinal] = found
+        self._where[ordinal] = (size, found)
         return found

@@ -102,7 +102,8 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
     else:
         started = _StartedQuery()
         reads_marks = bool(compiled.lowering.marks)
-        writer = writer.foreachBatch(_reading_marks(plan.name, dispatch, started) if reads_marks else dispatch)
+        writer = writer.foreachBatch(_reading_marks(plan.name, dispatch, started, set(compiled.lowering.marks))
+                                     if reads_marks else dispatch)
         query = writer.start()
         if reads_marks:
             started.set(query)
@@ -131,11 +132,11 @@ class _StartedQuery:
         return self.jquery
 
 
-def _reading_marks(query: str, dispatch: Callable[[DataFrame, int], None],
-                   started: _StartedQuery) -> Callable[[DataFrame, int], None]:
-    """``dispatch``, then the batch's marked counts read from its plan (``marked_counts.py``),
-    in the query's thread while the plan is the batch's."""
-    markers = marked_counts.PlanMarkers()
+def _reading_marks(query: str, dispatch: Callable[[DataFrame, int], None], started: _StartedQuery,
+                   marked: set[int]) -> Callable[[DataFrame, int], None]:
+    """``dispatch``, then the batch's counts of the ``marked`` positions read from its plan
+    (``marked_counts.py``), in the query's thread while the plan is the batch's."""
+    markers = marked_counts.PlanMarkers(marked)
 
     def counted(df: DataFrame, batch_id: int) -> None:
         dispatch(df, batch_id)
