@@ -106,10 +106,11 @@ class Lowering(WatermarkPlacement):
         """``df`` under the step's marker, its control rows' copies noted (or as it is, uncounted,
         when they cannot be told: ``step_counts.control_paths``)."""
         copies = control_paths(self.plan, name) if CONTROL_COLUMN in df.columns else 0
-        if copies is None:
-            return df
-        position = list(self.plan.nodes).index(name)
-        self.marks[position] = MarkedStep(name, copies)
+        return df if copies is None else self._mark(df, MarkedStep(name, copies))
+
+    def _mark(self, df: DataFrame, mark: MarkedStep) -> DataFrame:
+        position = list(self.plan.nodes).index(mark.step)
+        self.marks[position] = mark
         return mark_records(df, position)
 
     def dead_letters_by_good_rows(self, source: SourceNode) -> bool:
@@ -126,9 +127,7 @@ class Lowering(WatermarkPlacement):
 
     def mark_good_rows(self, df: DataFrame, source: str) -> DataFrame:
         """The source's good rows under its marker (``dead_letters_by_good_rows``)."""
-        position = list(self.plan.nodes).index(source)
-        self.marks[position] = MarkedStep(source, 0, GOOD_ROWS)
-        return mark_records(df, position)
+        return self._mark(df, MarkedStep(source, 0, GOOD_ROWS))
 
     def result_time(self, node: Node) -> bool:
         """Whether the stateful step ``node``'s results carry their event time (``RESULT_TIME``)

@@ -201,12 +201,9 @@ class ExecutionStore:
             values = self._store.executionMetrics(execution_id)
             nodes = self._store.planGraph(execution_id).allNodes()
             for index, position in self._markers_of(ordinal, nodes):
-                metrics = nodes.apply(index).metrics()
-                for m in range(metrics.size()):
-                    metric = metrics.apply(m)
-                    if metric.name() == ROWS_METRIC_NAME and values.contains(metric.accumulatorId()):
-                        value = values.apply(metric.accumulatorId())
-                        _keep_largest(counts, position, int(value.replace(",", "")))
+                rows = _rows_in_store(nodes.apply(index), values)
+                if rows is not None:
+                    _keep_largest(counts, position, rows)
         record(query_name, batch, counts)
 
     def _markers_of(self, ordinal: int, nodes: Any) -> list[tuple[int, int]]:
@@ -223,3 +220,14 @@ class ExecutionStore:
                  if (position := position_of(nodes.apply(index).desc())) is not None]
         self._where[ordinal] = (size, found)
         return found
+
+
+def _rows_in_store(node: Any, values: Any) -> int | None:
+    """A plan graph node's "number of output rows" among an execution's metric values (Spark's
+    text, such as ``1,234``), or None when the execution did not run it."""
+    metrics = node.metrics()
+    for index in range(metrics.size()):
+        metric = metrics.apply(index)
+        if metric.name() == ROWS_METRIC_NAME and values.contains(metric.accumulatorId()):
+            return int(values.apply(metric.accumulatorId()).replace(",", ""))
+    return None

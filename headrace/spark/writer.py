@@ -101,9 +101,10 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
             writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
         started = _StartedQuery()
+        in_query = _steps_in_query(plan, route)
+        marked = {position for position, mark in compiled.lowering.marks.items() if mark.step in in_query}
         reads_marks = bool(compiled.lowering.marks)
-        writer = writer.foreachBatch(_reading_marks(plan.name, dispatch, started, set(compiled.lowering.marks))
-                                     if reads_marks else dispatch)
+        writer = writer.foreachBatch(_reading_marks(plan.name, dispatch, started, marked) if reads_marks else dispatch)
         query = writer.start()
         if reads_marks:
             started.set(query)
@@ -160,6 +161,12 @@ def _route(plan: Plan, compiled: Compiled) -> str:
             and not (root and root in compiled.lowering.raw_outputs)):
         return SAME_STREAM
     return FROM_ROOT if root is not None else TAGGED
+
+
+def _steps_in_query(plan: Plan, route: str) -> set[str]:
+    """The steps the streaming query itself runs (those below its roots run per batch)."""
+    tops = {plan.sinks()[0].inputs[0]} if route == SAME_STREAM else set(query_roots(plan))
+    return tops.union(*(plan.upstream(top) for top in tops))
 
 
 def counted_by_spark_store(plan: Plan, compiled: Compiled) -> bool:
