@@ -16,7 +16,7 @@ def pipeline(args: dict) -> hr.Pipeline:
     p = hr.Pipeline(args["name"])
     enriched = (p.source("orders", hr.sources.Files(args["input"], "jsonl", "id long", max_files_per_batch=1))
                 .enrich(hr.HttpJson(args["url"], send=["id"]), fields={"risk": "double", "country": "string"},
-                        concurrency=32, timeout=1.0, retries=3, backoff=0.02, name="lookup"))
+                        concurrency=32, timeout=2.0, retries=3, backoff=0.02, name="lookup"))
     enriched.sink("out", hr.sinks.Files(args["out"], format="jsonl"))
     p.dead_letters(enriched).sink("dead", hr.sinks.Files(args["dead"], format="jsonl"))
     return p
