@@ -83,10 +83,10 @@ def test_ten_thousand_records_are_enriched_once_each_beside_another_sink_and_the
                                                                                               service):
     """10,000 records in two files, 10 % of them failing once, some timing out once (a 3 s answer
     against a 2 s timeout: a shorter one is also missed by answers slowed by a loaded machine,
-    which then count a second call), some never answered: each record is written once with the service's answer or is a dead letter with the
-    reason; a second sink of the same step sees the same records; the service was called as its
-    rules say for a single pass (the two sinks and the dead letters share one round of calls);
-    each file's records keep their order."""
+    which then count a second call), some never answered: each record is written once with the
+    service's answer or is a dead letter with the reason; a second sink of the same step sees the
+    same records; the service was called as its rules say for a single pass (the two sinks and
+    the dead letters share one round of calls); each file's records keep their order."""
     write_orders(tmp_path / "in", [range(0, 5000), range(5000, 10_000)])
     p = hr.Pipeline("enrich_many")
     enriched = (p.source("orders", hr.sources.Files(str(tmp_path / "in"), "jsonl", "id long, amount double",
