@@ -90,6 +90,12 @@ class Server:
             self.process.terminate()
             self.process.wait(timeout=30)
 
+    def output(self) -> str:
+        """What the server printed (it is stopped first)."""
+        self.close()
+        assert self.process is not None and self.process.stdout is not None
+        return self.process.stdout.read()
+
 
 @pytest.fixture
 def server(tmp_path: Path):

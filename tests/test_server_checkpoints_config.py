@@ -106,6 +106,18 @@ def test_the_checkpoints_answer_lists_the_committed_batches_newest_first_with_th
     assert page["committed_batches"] == 3
 
 
+def test_an_operator_folder_gone_while_the_state_is_read_is_left_out(server: Server, tmp_path: Path):
+    """A rescale rewrites the state while the UI reads it: an operator listed in the state folder
+    whose own folder is gone a moment later (here a link to nowhere) is left out, not a 500."""
+    checkpoint = server.pipeline("rescaled", tmp_path / "state" / "rescaled") / "checkpoint"
+    write(checkpoint / "commits" / "0", 'v1\n{"nextBatchWatermarkMs":0}')
+    write(checkpoint / "state" / "0" / "0" / "1.changelog", "x" * 10)
+    (checkpoint / "state" / "1").symlink_to(tmp_path / "gone")
+    status, answer = server.get("/api/pipelines/rescaled/checkpoints")
+    assert status == 200, answer
+    assert [operator["operator_id"] for operator in answer["state_on_disk"]] == [0]
+
+
 def test_a_pipeline_without_a_committed_batch_answers_an_empty_list(server: Server, tmp_path: Path):
     server.pipeline("fresh", tmp_path / "state" / "fresh")
     status, answer = server.get("/api/pipelines/fresh/checkpoints")

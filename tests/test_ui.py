@@ -69,6 +69,8 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         hosts: set[str] = set()
         page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
         page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("response", lambda r: problems.append(f"HTTP {r.status} from {r.url.split('?')[0]}")
+                if r.status >= 500 else None)
         page.on("request", lambda r: hosts.add(r.url.split("/")[2]))
         loaded = page.goto(f"{server.url}/?token={server.token}")
         assert loaded is not None and "default-src 'none'" in loaded.headers["content-security-policy"]
@@ -170,7 +172,7 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         expect(page.locator("#config-pipeline tr[data-field=restart_strategy] td")).to_contain_text("3 restarts")
         expect(page.locator("#config-pipeline tr[data-field=trigger_interval] td")).to_have_text(
             "none: as fast as it can")
-        assert problems == []
+        assert problems == [], f"{problems}; the server printed: {server.output()}"
         assert hosts == {server.url.split("/")[2]}
         assert server.token not in page.url  # taken out of the address bar, kept for the tab
     finally:

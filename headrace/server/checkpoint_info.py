@@ -86,8 +86,11 @@ def state_on_disk(state: str, files: dict[tuple[str, ...], int], steps: dict[int
     found = []
     for operator in operators:
         folder = os.path.join(state, str(operator))
+        try:
+            partitions = sorted(int(n) for n in os.listdir(folder) if n.isdigit())
+        except FileNotFoundError:  # a rescale rewrote the state meanwhile
+            continue
         name, count = _operator_metadata(folder)
-        partitions = sorted(int(n) for n in os.listdir(folder) if n.isdigit())
         count = max([count or 0, *(p + 1 for p in partitions)])
         sizes = [partition_bytes[str(operator), str(p)] for p in range(count)]
         median = statistics.median(sizes) if sizes else 0

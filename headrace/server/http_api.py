@@ -12,7 +12,9 @@ from __future__ import annotations
 import hmac
 import json
 import re
+import sys
 import time
+import traceback
 from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,6 +97,8 @@ class Handler(BaseHTTPRequestHandler):
             status, body = refused.status, {"error": str(refused)}
         except Exception as exc:  # noqa: BLE001 - a bug must not leave the client without an answer
             status, body = 500, {"error": f"internal error: {type(exc).__name__}: {exc}"}
+            print(f"headrace server: internal error answering {method} {urlsplit(self.path).path}:\n"
+                  f"{traceback.format_exc()}", file=sys.stderr, flush=True)  # the path alone: no token
         self._send(status, body)
 
     def _route(self, method: str) -> tuple[int, Any]:
