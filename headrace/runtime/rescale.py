@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+import uuid
 from typing import Any
 
 from headrace.environment import checkpoints, storage
@@ -120,6 +122,8 @@ def _repartition(spark: Any, name: str, checkpoint: str, current: int, partition
                  finishing: bool = False) -> None:
     """Spark's offline repartition, undone when it fails (a local checkpoint)."""
     backup = None if finishing else _keep_a_copy(checkpoint)
+    group = f"headrace rescale {name} {uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, f"rescale {name!r} to {partitions} partitions")
     try:
         # Spark's repartition writes the state through the state store coordinator, which the
         # session starts only with its streaming query manager: a new session (headrace rescale
@@ -128,11 +132,28 @@ def _repartition(spark: Any, name: str, checkpoint: str, current: int, partition
         spark._streamingCheckpointManager.repartition(checkpoint, partitions)
     except Exception as exc:  # noqa: BLE001 - Spark's wrapped error, told in one line
         if backup is not None:
+            _tasks_ended(spark, group)
             _put_back(checkpoint, backup)
         raise HeadraceError(_failed(name, checkpoint, current, partitions, exc, undone=backup is not None,
                                     finishing=finishing)) from None
+    finally:
+        spark.sparkContext._jsc.clearJobGroup()
     if backup is not None:
         shutil.rmtree(backup, ignore_errors=True)
+
+
+def _tasks_ended(spark: Any, group: str, timeout_s: float = 60.0) -> None:
+    """Wait until the tasks of a failed repartition have ended (at most ``timeout_s``): Spark
+    fails the job at its first failed task, while the others may still be writing their
+    partitions' state into the checkpoint, which would land in the one put back."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+        stages = [tracker.getStageInfo(stage) for job in jobs if job is not None for stage in job.stageIds]
+        if all(stage is None or stage.numActiveTasks == 0 for stage in stages):
+            return
+        time.sleep(0.1)
 
 
 def _failed(name: str, checkpoint: str, current: int, partitions: int, exc: BaseException, *, undone: bool,
