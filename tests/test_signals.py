@@ -108,10 +108,11 @@ def continue_to_the_end(folder: Path) -> None:
 
 def test_a_signal_at_any_moment_stops_cleanly_and_the_next_run_continues(tmp_path):
     """One run after another on the same checkpoint, each stopped by a signal at another moment:
-    while Python starts (SIGTERM at 1 s), while Spark starts (SIGTERM at 3 s), while batches run
-    (Ctrl-C at 5 s, and SIGTERM to the whole process group, the JVM too, as systemd stops a service);
-    then a run to the end gives exactly the uninterrupted output."""
-    for sig, seconds, group in [(signal.SIGTERM, 1, False), (signal.SIGTERM, 3, False), (signal.SIGINT, 5, True),
+    while Python starts (SIGTERM at 1 s), while Spark starts (SIGTERM at 3 s to the whole process
+    group, the JVM too, as systemd stops a service: the JVM starts ignoring it), while batches run
+    (Ctrl-C at 5 s, and SIGTERM to the group); then a run to the end gives exactly the uninterrupted
+    output."""
+    for sig, seconds, group in [(signal.SIGTERM, 1, False), (signal.SIGTERM, 3, True), (signal.SIGINT, 5, True),
                                 (signal.SIGTERM, 5, True)]:
         moment = f"{sig.name} at {seconds} s{' to the group' if group else ''}"
         run = Run(tmp_path)

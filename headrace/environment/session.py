@@ -6,6 +6,7 @@ import atexit
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -230,15 +231,30 @@ def _write_stderr(write: Callable[[bytes], Any], line: bytes) -> None:
 
 def _launch_jvm(conf: Any) -> Any:
     """Spark's gateway to a driver JVM started here, its stderr passed on without the noise."""
-    from pyspark.java_gateway import launch_gateway
+    from pyspark import java_gateway
 
-    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
     # SIGTERM is this Python process's to handle, as Ctrl-C is (pyspark starts the JVM ignoring
     # SIGINT): one sent to the whole process group (systemd stops a service so) would otherwise end
-    # the JVM under the batch in flight, and the stop at a batch boundary with it. The JVM still
-    # ends with this process: when its stdin closes, or with a SIGKILL of the group.
-    signals = gateway.jvm.sun.misc.Signal
-    signals.handle(signals("TERM"), gateway.jvm.sun.misc.SignalHandler.SIG_IGN)
+    # the JVM under the batch in flight, and the stop at a batch boundary with it. The JVM is
+    # started ignoring it (a JVM leaves a shutdown signal ignored at its start alone), so a SIGTERM
+    # while the JVM starts cannot end it either. It still ends with this process: when its stdin
+    # closes, or with a SIGKILL of the group.
+    spawn = java_gateway.Popen
+
+    def spawn_ignoring_sigterm(*args: Any, **kwargs: Any) -> Any:
+        pyspark_preexec = kwargs.get("preexec_fn")
+
+        def preexec() -> None:
+            if pyspark_preexec is not None:
+                pyspark_preexec()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return spawn(*args, **{**kwargs, "preexec_fn": preexec})
+
+    java_gateway.Popen = spawn_ignoring_sigterm  # type: ignore[assignment,misc]
+    try:
+        gateway = java_gateway.launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    finally:
+        java_gateway.Popen = spawn  # type: ignore[misc]
     stderr = gateway.proc.stderr
     threading.Thread(target=pass_on_stderr, args=(iter(stderr.readline, b""), lambda line: os.write(2, line)),
                      name="headrace-jvm-stderr", daemon=True).start()
