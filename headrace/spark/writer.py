@@ -103,7 +103,7 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
         started = _StartedQuery()
         in_query = _steps_in_query(plan, route)
         marked = {position for position, mark in compiled.lowering.marks.items() if mark.step in in_query}
-        reads_marks = bool(compiled.lowering.marks)
+        reads_marks = bool(marked)  # the steps run per batch are read from Spark's store (counted_by_spark_store)
         writer = writer.foreachBatch(_reading_marks(plan.name, dispatch, started, marked) if reads_marks else dispatch)
         query = writer.start()
         if reads_marks:
