@@ -970,14 +970,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--supervised", action="store_true",
                         help="submit the pipeline to headrace server, whose supervisor restarts each killed driver "
                              "(benchmarks/chaos_supervised.py; generator source only)")
-    parser.add_argument("--standby", action="store_true",
-                        help="with --supervised: the server keeps a warm standby driver (headrace server --standby)")
+    parser.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --supervised: the server keeps a warm standby driver, as it does by default "
+                             "(--no-standby: headrace server --no-standby, each restart a new driver)")
+    parser.add_argument("--pause", type=float, default=0.0, metavar="S",
+                        help="with --supervised: let the pipeline run S seconds after each recovery before the next "
+                             "kill (default 0: kills as soon as it runs again; give --events enough for the run)")
     parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--name", help=argparse.SUPPRESS)
     parser.add_argument("--phases", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.kills < 0 or args.rows_per_batch < 1:
         parser.error("--kills must be >= 0 and --rows-per-batch >= 1")
+    if args.pause < 0 or args.pause and not args.supervised:
+        parser.error("--pause takes seconds >= 0, with --supervised")
     if args.supervised and args.source != "generator":
         parser.error("--supervised runs the generator source only")
     return args
@@ -1010,7 +1016,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.kills} kills, seed {args.seed}, work {work}")
     try:
         if args.supervised:
-            killed, recoveries, ok = supervised_chaos(setup, args.kills, args.seed, say)  # type: ignore[arg-type]
+            killed, recoveries, ok = supervised_chaos(setup, args.kills, args.seed, say,  # type: ignore[arg-type]
+                                                      args.pause)
         else:
             killed, recoveries, ok = chaos(setup, args.kills, args.seed, say)
     finally:

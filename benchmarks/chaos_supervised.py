@@ -44,9 +44,9 @@ SERVER_SETTINGS = {"HEADRACE_RESTART_ATTEMPTS": "1000", "HEADRACE_RESTART_BACKOF
 @dataclass(frozen=True)
 class SupervisedSetup(Setup):
     """The run's setup with the pipeline's state where the server keeps it; ``standby``: the server keeps a
-    warm standby driver (``headrace server --standby``)."""
+    warm standby driver, as ``headrace server`` does by default (else ``--no-standby``)."""
 
-    standby: bool = False
+    standby: bool = True
 
     @property
     def server_dir(self) -> str:
@@ -111,13 +111,16 @@ def _new_driver(setup: SupervisedSetup, old_pid: int, number: int) -> ServerDriv
     raise ChaosFailed(f"the server started no new driver within {RECOVERY_TIMEOUT_S:.0f} s")
 
 
-def supervised_chaos(setup: SupervisedSetup, kills: int, seed: int,
-                     say: Callable[[str], None]) -> tuple[int, list[float], bool]:
+def supervised_chaos(setup: SupervisedSetup, kills: int, seed: int, say: Callable[[str], None],
+                     pause_s: float = 0.0) -> tuple[int, list[float], bool]:
+    """``pause_s``: how long the pipeline runs after each recovery before the next kill's moment is
+    chosen (0: a pipeline that keeps crashing; longer: crashes apart, a standby ready for each)."""
     rng = random.Random(seed)
     between = set(rng.sample(range(kills), k=max(1, kills // 3))) if kills else set()
     os.makedirs(setup.server_dir, exist_ok=True)
+    standby = "--standby" if setup.standby else "--no-standby"
     server = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server", "--port", "0", "--state-dir",
-                               setup.server_dir, "--allow", setup.work, *["--standby"] * setup.standby],
+                               setup.server_dir, "--allow", setup.work, standby],
                               cwd=setup.work,
                               env={**os.environ, **SERVER_SETTINGS, "PYSPARK_PYTHON": sys.executable},
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -139,6 +142,7 @@ def supervised_chaos(setup: SupervisedSetup, kills: int, seed: int,
         wait_for(lambda: last_commit(setup) >= 0, driver, "the first commit")  # type: ignore[arg-type]
         say(f"the server's driver committed its first batch after {time.time() - started:.1f} s")
         for number in range(1, kills + 1):
+            time.sleep(pause_s)
             landed = kill_somewhere(driver, rng, sink, (number - 1) in between)  # type: ignore[arg-type]
             if landed.startswith("not killed"):
                 say(f"kill {number}: {landed}; stopping the kills")

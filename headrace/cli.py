@@ -475,9 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--allow", action="append", metavar="DIR",
                         help="a directory submitted pipeline files may be in (repeat for more; default: the "
                              "directory the server starts in)")
-    server.add_argument("--standby", action="store_true",
+    server.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True,
                         help="keep a warm standby driver (Spark's JVM and session, Python workers started) to take "
-                             "the next pipeline to start, a restart after a crash above all")
+                             "the next pipeline to start, a restart after a crash above all (default; "
+                             "--no-standby saves its JVM's memory)")
     server.set_defaults(handler=cmd_server)
 
     def client_options(sub: argparse.ArgumentParser) -> None:

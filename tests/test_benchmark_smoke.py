@@ -1,7 +1,7 @@
 """The benchmarks run end to end (``benchmarks/ysb.py --quick``, ``benchmarks/count_window.py
 --quick``, ``benchmarks/word_count.py --quick``, ``benchmarks/validate.py --runs 1``,
-``benchmarks/nexmark.py --quick`` on four queries, ``benchmarks/ml.py`` on 5,000 rows) and end with
-their closing lines.
+``benchmarks/nexmark.py --quick`` on four queries, ``benchmarks/ml.py`` on 5,000 rows,
+``benchmarks/upgrade_gap.py --upgrades 1``) and end with their closing lines.
 
 This checks that the benchmark works, not that headrace meets its performance targets: on
 small data and a shared machine the figures mean little (docs/performance.md has the real ones).
@@ -83,3 +83,12 @@ def test_the_ml_benchmark_scores_both_ways_and_ends_with_its_ratio_line(spark, c
     lines = capsys.readouterr().out.strip().splitlines()
     assert re.fullmatch(r"ml ratio=\d+\.\d\d mllib_ratio=\d+\.\d\d", lines[-1]), lines[-1]
     assert [line.split(":")[0].strip() for line in lines[1:3]] == ["scikit-learn", "Spark MLlib"]
+
+
+def test_the_upgrade_gap_benchmark_upgrades_through_the_server_and_ends_with_its_line(capsys):
+    benchmark = load_benchmark("upgrade_gap")
+    assert benchmark.main(["--upgrades", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"upgrade 1: to v1, \d+\.\d s from the old driver's last commit to the new one's first "
+                        r"\(a warm standby driver took it; load average \d+\.\d\)", lines[0]), lines[0]
+    assert re.fullmatch(r"upgrade upgrades=1 median_gap_s=\d+\.\d max_gap_s=\d+\.\d verify=ok", lines[-1]), lines[-1]

@@ -139,3 +139,20 @@ def test_each_source_of_a_pipeline_with_several_counts_its_records(spark, tmp_pa
     assert (counted["bids"], counted["auctions"], counted["ticks"]) == (22, 5, 4)
     assert (counted["by_id"], counted["ids"]) == (20, 4)  # the sources' records less their bad lines
     assert result.input_rows == 22 + 5 + 4 and result.dead_letters == 3
+
+
+def test_a_bounded_run_logs_each_batch_as_it_ends_not_at_its_end(spark, tmp_path, monkeypatch):
+    """The progress log (``HEADRACE_PROGRESS_LOG``, what ``headrace server`` serves live) gets each
+    micro-batch of a bounded run while the run goes on: the first batch's line is written before
+    the last batch starts (before, every line came once the input was exhausted)."""
+    log = tmp_path / "progress.jsonl"
+    monkeypatch.setenv("HEADRACE_PROGRESS_LOG", str(log))
+    p = hr.Pipeline("bounded_live")
+    p.source("events", hr.sources.Generator("ysb", limit=20_000, rows_per_batch=1_000)).select(
+        "ad_id", name="ad_ids").sink("ads", hr.sinks.Null())
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    batches = [line for line in lines if "batch" in line]
+    assert [line["batch"] for line in batches] == list(range(result.batches))
+    first, last = batches[0], batches[-1]
+    assert first["at"] < last["at"] - last["batch_ms"] / 1000, (first, last)

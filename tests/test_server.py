@@ -40,7 +40,8 @@ def eventually(what: str, check: Callable[[], Any], timeout: float = 120) -> Any
 
 
 class Server:
-    """A ``headrace server`` process on a free port, its state in ``state``."""
+    """A ``headrace server`` process on a free port, its state in ``state``; without a standby driver
+    unless a test passes ``--standby``."""
 
     def __init__(self, folder: Path) -> None:
         self.folder, self.state = folder, folder / "state"
@@ -51,7 +52,8 @@ class Server:
         if address.exists():
             address.unlink()
         self.process = subprocess.Popen([sys.executable, "-m", "headrace.cli", "server", "--port", "0", "--state-dir",
-                                         str(self.state), "--allow", str(self.folder), *options], cwd=self.folder,
+                                         str(self.state), "--allow", str(self.folder), "--no-standby", *options],
+                                        cwd=self.folder,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         env={**os.environ, **environment})
         eventually("the server's address", address.exists, 30)
@@ -228,7 +230,7 @@ def doc_session(marker: str) -> list[tuple[str, str]]:
 
 class RootServer:
     """``headrace server`` in the repository's root, as the docs start it (its state dir from
-    $HEADRACE_STATE_DIR, the default port)."""
+    $HEADRACE_STATE_DIR, the default port, a warm standby driver)."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.state = tmp_path / "state"
@@ -246,6 +248,8 @@ class RootServer:
             raise
         if self.process.poll() is not None:
             raise AssertionError(f"headrace server ended at once: {self.process.communicate()[0]}")
+        # the docs' sessions begin once the standby the server starts is ready, a few seconds later
+        eventually("the server's warm standby driver", lambda: list((self.state / "standby").glob("*/ready")), 180)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -398,23 +402,27 @@ def test_pause_resume_and_an_upgrade_keep_the_output_exact_and_a_refused_upgrade
         409, {"error": "pipeline 'orders_copy' is finished; there is nothing to drain"})
 
 
-def test_a_warm_standby_driver_takes_the_pipeline_and_a_crash_it_then_has_is_restarted(tmp_path: Path):
-    """``headrace server --standby``: once the standby is ready (its JVM, session and Python workers
-    started), a submit hands it the pipeline; killed, the pipeline comes back (from a new standby or a
-    new driver) with each record written once."""
+def test_the_standby_takes_a_pipeline_while_it_warms_up_and_a_warm_one_takes_its_restart(tmp_path: Path):
+    """``headrace server`` keeps a standby driver by default. Submitted once the standby's session is
+    up, a pipeline is taken by it (during its warm-up pipeline, or once ready). Once that first
+    driver has committed a batch, a new standby starts; killed, the pipeline is taken by that one,
+    warm, with each record written once."""
     server = Server(tmp_path).start("--standby")
     try:
-        eventually("a ready standby", lambda: list((server.state / "standby").glob("*/ready")), 180)
         inbox, out = tmp_path / "inbox", tmp_path / "out"
         inbox.mkdir()
         (inbox / "a.jsonl").write_text('{"id": 1, "amount": 10}\n')
         (tmp_path / "orders.py").write_text(PIPELINE.format(inbox=str(inbox), out=str(out)))
+        eventually("the standby's session", lambda: list((server.state / "standby").glob("*/session")), 180)
         assert server.cli("submit", "orders.py").returncode == 0
         first = server.status("orders_copy")
-        assert first["reason"] == "a warm standby driver took it"
+        assert first["reason"] in ("a standby driver, still warming up, took it", "a warm standby driver took it")
         eventually("the first file's rows", lambda: len(out_rows(out)) == 1)
+        eventually("the next standby, ready", lambda: len(list((server.state / "standby").glob("*/ready"))) == 2,
+                   180)
         os.killpg(first["pid"], signal.SIGKILL)
         eventually("a restarted driver", lambda: server.status("orders_copy")["pid"] not in (0, first["pid"]))
+        assert server.status("orders_copy")["reason"] == "a warm standby driver took it"
         (inbox / "b.jsonl").write_text('{"id": 2, "amount": 20}\n')
         eventually("the second file's rows", lambda: len(out_rows(out)) == 2)
         assert server.cli("stop", "orders_copy").returncode == 0
@@ -431,3 +439,26 @@ def test_a_warm_standby_driver_takes_the_pipeline_and_a_crash_it_then_has_is_res
             return False
 
     eventually("no standby left running", lambda: not [pid for pid in standbys if running(pid)], 30)
+
+
+def test_a_starting_standby_hands_a_pipeline_that_needs_connector_packages_back_at_once(tmp_path: Path):
+    """A pipeline writing to Delta needs Delta's package in its JVM, which a standby's lacks: handed
+    to a standby whose JVM still starts, it exits at once with the status that has the supervisor
+    start an ordinary driver (75), before its session is up."""
+    from headrace.server.standby_pool import NEEDS_COLD_START
+
+    folder = tmp_path / "standby"
+    folder.mkdir()
+    (tmp_path / "to_delta.py").write_text(
+        "import headrace as hr\n\np = hr.Pipeline('to_delta')\n"
+        f"p.source('orders', hr.sources.Files({str(tmp_path / 'inbox')!r}, schema='id long')).sink(\n"
+        f"    'table', hr.sinks.Delta({str(tmp_path / 'table')!r}))\n")
+    exit_file = tmp_path / "driver.exit"
+    (folder / "assignment.json").write_text(json.dumps({
+        "file": str(tmp_path / "to_delta.py"), "state_dir": str(tmp_path / "state"), "log": str(tmp_path / "log"),
+        "progress_log": str(tmp_path / "progress"), "exit_file": str(exit_file)}))
+    standby = subprocess.run([sys.executable, "-m", "headrace.standby", str(folder)], capture_output=True,
+                             text=True, timeout=120, check=False, start_new_session=True)
+    assert standby.returncode == NEEDS_COLD_START, standby.stderr
+    assert exit_file.read_text() == str(NEEDS_COLD_START)
+    assert not (folder / "ready").exists()

@@ -340,12 +340,27 @@ class PipelineRun:
         if trigger_interval(self.plan, None):
             return self._settle_timed()
         while self._alive():
+            if self._process_all_available():
+                break
+        self._collect()
+
+    def _process_all_available(self) -> bool:
+        """Spark's ``processAllAvailable``, in a thread of its own while this one records each batch
+        as it ends (the progress log, the server's live figures); False when the query failed."""
+        done, failed = threading.Event(), threading.Event()
+
+        def process() -> None:
             try:
                 self.query.processAllAvailable()
             except Exception:  # noqa: BLE001 - the query failed: _alive() restarts it or raises
-                continue
-            break
-        self._collect()
+                failed.set()
+            finally:
+                done.set()
+
+        threading.Thread(target=process, name="headrace-settle", daemon=True).start()
+        while not done.wait(0.25):
+            self.poll()
+        return not failed.is_set()
 
     def _settle_timed(self) -> None:
         """``settle`` for a query in Spark's processing-time mode, which runs a micro-batch at

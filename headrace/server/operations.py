@@ -62,7 +62,8 @@ class Operations:
 
     def settle(self, entry: Entry, last_report_at: Callable[[], float | None]) -> None:
         """End the pipeline's running operations that what the supervisor sees now ends;
-        ``last_report_at`` (read only when one is running): when its driver last reported."""
+        ``last_report_at`` (read only when one is running): when a driver's query last started (a
+        micro-batch of the driver that ran before the request does not end it)."""
         with self._lock:
             rows = self._db.execute("SELECT * FROM operations WHERE pipeline = ? AND status = ?",
                                     (entry.name, RUNNING)).fetchall()

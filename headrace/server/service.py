@@ -37,7 +37,7 @@ def token(state_dir: str) -> str:
     return made
 
 
-def run_server(state_dir: str, host: str, port: int, allowed: list[str], standby: bool = False,
+def run_server(state_dir: str, host: str, port: int, allowed: list[str], standby: bool,
                say: Callable[[str], None] = print) -> None:
     """Serve until SIGTERM or Ctrl-C. The drivers go on running when the server ends. ``standby``:
     keep a warm standby driver ready (``headrace/server/standby_pool.py``)."""
@@ -56,6 +56,8 @@ def run_server(state_dir: str, host: str, port: int, allowed: list[str], standby
     say(f"headrace server on {url}/?token={api.token}")
     say(f"  token in {os.path.join(state_dir, TOKEN_FILE)}; pipelines under {os.path.join(state_dir, 'pipelines')}")
     say(f"  runs pipeline files from: {', '.join(supervisor.allowed)}")
+    if not standby:
+        say("  no warm standby driver (--no-standby): a restart starts a new driver")
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _number, _frame: done.set())

@@ -47,6 +47,7 @@ DRIVER_LOG = "driver.log"  # what a driver prints, its last error included (head
 ERROR_PREFIX = "headrace: "
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 WATCH_EVERY_S = 0.25
+SETTLE_AT_MOST_S = 12.0  # a driver started this long ago counts as settled, its first batch committed or not
 EXPLAIN_TIMEOUT_S = 120.0
 
 
@@ -71,6 +72,7 @@ class Supervisor:
         self._due: dict[str, float] = {}  # a restart waiting for its backoff: when it is due
         self._after_exit: dict[str, Callable[[Entry], None]] = {}  # what follows a driver asked to end
         self._log_from: dict[str, int] = {}  # where the running driver's lines begin in its log
+        self._settling: dict[str, float] = {}  # when each driver not yet settled (see _settled) started
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="headrace-supervisor", daemon=True)
@@ -308,8 +310,11 @@ class Supervisor:
         job = {"file": entry.file, "state_dir": entry.state_dir, "log": log, "progress_log": progress,
                "exit_file": exit_file}
         draining = _drain_mark(entry).exists()
-        child = None if cold or draining or self.standbys is None else self.standbys.take(job)
-        entry.reason = "a warm standby driver took it" if child is not None else "driver started"
+        taken = None if cold or draining or self.standbys is None else self.standbys.take(job)
+        child = taken[0] if taken is not None else None
+        entry.reason = ("driver started" if taken is None else "a warm standby driver took it" if taken[1]
+                        else "a standby driver, still warming up, took it")
+        self._settling[entry.name] = time.time()
         if child is None:
             command = [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
                        "--state-dir", entry.state_dir, "--quiet", *(["--drain"] if draining else [])]
@@ -337,11 +342,11 @@ class Supervisor:
         while not self._stop.wait(WATCH_EVERY_S):
             with self._lock:
                 if self.standbys is not None:
-                    self.standbys.tend()
+                    self.standbys.tend(quiet=self._settled())
                 for entry in self.registry.all():
                     self._look_at(entry)
                     self.operations.settle(entry, functools.partial(
-                        _last_report_at, os.path.join(entry.state_dir, PROGRESS_FILE)))
+                        _last_report_at, os.path.join(entry.state_dir, PROGRESS_FILE), "started"))
 
     def _look_at(self, entry: Entry) -> None:
         due = self._due.get(entry.name)
@@ -371,6 +376,19 @@ class Supervisor:
         else:
             self._after_crash(entry, "killed" if status is None else f"exit status {status}")
         self.registry.put(entry)
+
+    def _settled(self) -> bool:
+        """Whether every driver started lately has committed its first batch (or has been running
+        for ``SETTLE_AT_MOST_S``, or ended): a new standby's JVM would no longer slow its start."""
+        now = time.time()
+        for name, started in list(self._settling.items()):
+            entry = self.registry.get(name)
+            batch_at = None if entry is None else _last_report_at(os.path.join(entry.state_dir, PROGRESS_FILE),
+                                                                  "batch")
+            if (entry is None or now - started >= SETTLE_AT_MOST_S or not self._running(entry.pid)
+                    or (batch_at is not None and batch_at >= started)):
+                del self._settling[name]
+        return not self._settling
 
     def _running(self, pid: int) -> bool:
         child = self._children.get(pid)
@@ -419,11 +437,12 @@ def _drain_mark(entry: Entry) -> Path:
     return Path(entry.state_dir, "drain.requested")
 
 
-def _last_report_at(progress: str) -> float | None:
-    """When a driver last wrote to its progress file: its query started, or a micro-batch ended."""
+def _last_report_at(progress: str, kind: str) -> float | None:
+    """When a driver last wrote a line of ``kind`` to its progress file: ``started`` (its query
+    started) or ``batch`` (a micro-batch ended); None when none is in the file's last 64 KB."""
     try:
         with open(progress, "rb") as log:
-            log.seek(max(0, os.path.getsize(progress) - 4096))
+            log.seek(max(0, os.path.getsize(progress) - 65536))
             lines = log.read().splitlines()
     except FileNotFoundError:
         return None
@@ -432,6 +451,6 @@ def _last_report_at(progress: str) -> float | None:
             figures = json.loads(line)
         except ValueError:
             continue
-        if isinstance(figures, dict) and isinstance(figures.get("at"), (int, float)):
+        if isinstance(figures, dict) and kind in figures and isinstance(figures.get("at"), (int, float)):
             return float(figures["at"])
     return None
