@@ -29,9 +29,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "upgraded"
 VERSION = """import headrace as hr
 
@@ -67,9 +67,9 @@ def _drivers_batches(progress: Path) -> tuple[int | None, int | None]:
     return (before[-1] if before else None), (after[0] if after else None)
 
 
-def _wait(what: str, check: object, timeout: float = 300) -> None:
+def _wait(what: str, check: Callable[[], object], timeout: float = 300) -> None:
     deadline = time.time() + timeout
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.time() > deadline:
             raise SystemExit(f"upgrade_gap: timed out waiting for {what}")
         time.sleep(0.1)
@@ -133,7 +133,6 @@ def run(upgrades: int, standby: bool, work: str) -> tuple[list[float], bool]:
 
 def verify(out: str, upgrades: int) -> bool:
     """Each user's window written once, by one version or the other."""
-    sys.path.insert(0, REPOSITORY)
     from headrace.connectors.files_sink import read_rows
 
     rows = list(read_rows(out, "jsonl"))
