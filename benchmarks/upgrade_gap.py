@@ -67,7 +67,7 @@ def _drivers_batches(progress: Path) -> tuple[int | None, int | None]:
     return (before[-1] if before else None), (after[0] if after else None)
 
 
-def _wait(what: str, check: Callable[[], object], timeout: float = 300) -> None:
+def _wait(what: str, check: Callable[..., object], timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while not check():
         if time.time() > deadline:
