@@ -139,6 +139,9 @@ transaction.state.log.num.partitions=10
 share.coordinator.state.topic.replication.factor=$n
 share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
+# Keep every record whatever its timestamp: tests and examples write records stamped on fixed,
+# long-past days, which a time-based retention would delete from under a running pipeline.
+log.retention.ms=-1
 EOF
   done
   cat > "$dir/log4j2.properties" <<'EOF'
