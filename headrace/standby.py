@@ -13,13 +13,15 @@ batch then comes about three times sooner (docs/performance.md, Recovery). The w
 The supervisor (``headrace/server/supervisor.py``) hands it a pipeline by writing
 ``FOLDER/assignment.json`` (the pipeline file, its state dir, its log, its progress log and the
 file its exit status goes to): once it is ready, or while the warm-up pipeline runs, which then
-stops after its micro-batch. From then on it is that pipeline's driver, exactly as ``headrace run
-FILE --state-dir DIR --quiet`` in a process of its own, its output going to the pipeline's log.
+stops at once, its micro-batch abandoned. From then on it is that pipeline's driver, exactly as
+``headrace run FILE --state-dir DIR --quiet`` in a process of its own, its output going to the
+pipeline's log.
 
-A pipeline that needs connector packages (Kafka, Delta) needs them in the JVM when it starts,
-which the standby's JVM does without: a thread looks at the assignment as soon as it arrives,
-and the standby then exits with ``NEEDS_COLD_START`` at once; the supervisor starts an ordinary
-driver. Spark's own log stays in the standby's folder.
+A pipeline needs its connector packages (Kafka, Delta) in the JVM when it starts. The standby's
+JVM starts, as any driver's, with every jar ``scripts/fetch_jars.sh`` fetched; a pipeline that
+needs a package the folder lacks (Spark would fetch it as the session starts) is seen by a
+thread as soon as the assignment arrives, and the standby then exits with ``NEEDS_COLD_START`` at
+once; the supervisor starts an ordinary driver. Spark's own log stays in the standby's folder.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import threading
 import time
 from typing import Any
 
+from headrace.environment import jars
 from headrace.server.driver import write_exit_status
 from headrace.server.standby_pool import NEEDS_COLD_START
 
@@ -53,9 +56,9 @@ def _hold(folder: str, assigned: threading.Event) -> None:
 
 
 def _warm_up(folder: str, assigned: threading.Event) -> None:
-    """Run the warm-up pipeline to its end, or, once a pipeline is ``assigned``, to the end of its
-    micro-batch; its files are removed. A warm-up that fails leaves the standby as it is (said in
-    its log): it still saves a pipeline the session's start."""
+    """Run the warm-up pipeline to its end, or, once a pipeline is ``assigned``, stop it at once
+    (its micro-batch abandoned); its files are removed. A warm-up that fails leaves the standby as
+    it is (said in its log): it still saves a pipeline the session's start."""
     import headrace as hr
     from headrace.runtime.runner import PipelineRun
 
@@ -71,12 +74,16 @@ def _warm_up(folder: str, assigned: threading.Event) -> None:
 
         def stop_once_assigned() -> None:
             while not ended.is_set():
-                if assigned.wait(POLL_S):
-                    run.request_stop("a pipeline was assigned to the standby")
+                if assigned.wait(POLL_S):  # at once: its batch on a new JVM would keep the pipeline waiting
+                    if not run.halt("a pipeline was assigned to the standby"):
+                        run.request_stop("a pipeline was assigned to the standby")
                     return
 
         threading.Thread(target=stop_once_assigned, name="headrace-standby-stop", daemon=True).start()
         run.wait()
+    except KeyboardInterrupt:  # the halt above ends the run so
+        if not assigned.is_set():
+            raise
     except Exception as exc:  # noqa: BLE001 - see the docstring
         print(f"headrace: the standby's warm-up pipeline failed: {exc}", file=sys.stderr, flush=True)
     finally:
@@ -92,20 +99,28 @@ def _assignment(folder: str) -> dict[str, str]:
         return dict(json.load(assigned))
 
 
-def _needs_cold_start(job: dict[str, str]) -> bool:
-    """Whether the pipeline needs connector packages this standby's JVM lacks (or does not load)."""
+def _needs_cold_start(job: dict[str, str], launched: dict[str, str]) -> bool:
+    """Whether the pipeline needs connector packages this standby's JVM was not ``launched`` with
+    (``jars.session_settings``: every fetched jar, when ``scripts/fetch_jars.sh`` fetched some)."""
     from headrace.cli import load_pipeline
 
     try:
-        return bool(load_pipeline(job["file"]).plan.spark_packages())
+        packages = load_pipeline(job["file"]).plan.spark_packages()
     except Exception:  # noqa: BLE001 - the run reports the error in the pipeline's log, as any driver would
         return False
+    if not packages:
+        return False
+    fetched = jars.fetched()
+    if not all(package.name in fetched for package in packages):
+        return True  # Spark fetches the package as a new session starts
+    return any(launched.get(key) != value for key, value in jars.session_settings(packages).items())
 
 
-def _watch_assignment(folder: str, taken: list[dict[str, str]], assigned: threading.Event) -> None:
+def _watch_assignment(folder: str, launched: dict[str, str], taken: list[dict[str, str]],
+                      assigned: threading.Event) -> None:
     """Wait for the assignment; hand it back cold at once when the pipeline needs packages."""
     job = _assignment(folder)
-    if _needs_cold_start(job):
+    if _needs_cold_start(job, launched):
         write_exit_status(job["exit_file"], NEEDS_COLD_START)
         os._exit(NEEDS_COLD_START)  # the JVM, if it still starts, ends with this process (its stdin closes)
     taken.append(job)
@@ -125,7 +140,8 @@ def main(argv: list[str]) -> int:
     folder = argv[0]
     taken: list[dict[str, str]] = []
     assigned = threading.Event()  # set once a pipeline this standby can run is assigned (in ``taken``)
-    threading.Thread(target=_watch_assignment, args=(folder, taken, assigned), name="headrace-standby",
+    launched = jars.session_settings(())  # the connector jars (and their settings) its JVM starts with
+    threading.Thread(target=_watch_assignment, args=(folder, launched, taken, assigned), name="headrace-standby",
                      daemon=True).start()
     try:
         _start_session(folder)

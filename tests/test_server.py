@@ -441,24 +441,57 @@ def test_the_standby_takes_a_pipeline_while_it_warms_up_and_a_warm_one_takes_its
     eventually("no standby left running", lambda: not [pid for pid in standbys if running(pid)], 30)
 
 
-def test_a_starting_standby_hands_a_pipeline_that_needs_connector_packages_back_at_once(tmp_path: Path):
-    """A pipeline writing to Delta needs Delta's package in its JVM, which a standby's lacks: handed
-    to a standby whose JVM still starts, it exits at once with the status that has the supervisor
-    start an ordinary driver (75), before its session is up."""
-    from headrace.server.standby_pool import NEEDS_COLD_START
-
-    folder = tmp_path / "standby"
-    folder.mkdir()
+def to_delta(tmp_path: Path) -> Path:
+    """A pipeline file writing to Delta, which needs Delta's package in its JVM."""
     (tmp_path / "to_delta.py").write_text(
         "import headrace as hr\n\np = hr.Pipeline('to_delta')\n"
         f"p.source('orders', hr.sources.Files({str(tmp_path / 'inbox')!r}, schema='id long')).sink(\n"
         f"    'table', hr.sinks.Delta({str(tmp_path / 'table')!r}))\n")
+    return tmp_path / "to_delta.py"
+
+
+def test_a_starting_standby_hands_a_pipeline_that_needs_connector_packages_back_at_once(tmp_path: Path):
+    """A standby whose JVM starts with no fetched jars lacks Delta's package: handed a pipeline
+    writing to Delta while its JVM still starts, it exits at once with the status that has the
+    supervisor start an ordinary driver (75), before its session is up."""
+    from headrace.server.standby_pool import NEEDS_COLD_START
+
+    folder, no_jars = tmp_path / "standby", tmp_path / "no-jars"
+    folder.mkdir()
+    no_jars.mkdir()
+    to_delta(tmp_path)
     exit_file = tmp_path / "driver.exit"
     (folder / "assignment.json").write_text(json.dumps({
         "file": str(tmp_path / "to_delta.py"), "state_dir": str(tmp_path / "state"), "log": str(tmp_path / "log"),
         "progress_log": str(tmp_path / "progress"), "exit_file": str(exit_file)}))
     standby = subprocess.run([sys.executable, "-m", "headrace.standby", str(folder)], capture_output=True,
-                             text=True, timeout=120, check=False, start_new_session=True)
+                             text=True, timeout=120, check=False, start_new_session=True,
+                             env={**os.environ, "HEADRACE_JARS_DIR": str(no_jars)})
     assert standby.returncode == NEEDS_COLD_START, standby.stderr
     assert exit_file.read_text() == str(NEEDS_COLD_START)
     assert not (folder / "ready").exists()
+
+
+def test_a_standby_started_with_the_fetched_jars_takes_a_pipeline_that_needs_them(tmp_path: Path, monkeypatch):
+    """A standby's JVM starts with every fetched jar (``scripts/fetch_jars.sh``), as any driver's:
+    a pipeline whose packages the folder holds is not handed back; one that needs a package the
+    folder lacks is, and so is one whose packages came into the folder after the standby started."""
+    from headrace.environment import jars
+    from headrace.standby import _needs_cold_start
+
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    (folder / "delta.jar").write_bytes(b"")
+    (folder / jars.MANIFEST).write_text(f"{jars.DELTA.name}:4.4.0 delta.jar\n")
+    monkeypatch.setenv("HEADRACE_JARS_DIR", str(folder))
+    launched = jars.session_settings(())
+    job = {"file": str(to_delta(tmp_path))}
+    assert launched["spark.jars"] == str(folder / "delta.jar")
+    assert not _needs_cold_start(job, launched)
+    (tmp_path / "to_kafka.py").write_text(
+        "import headrace as hr\n\np = hr.Pipeline('to_kafka')\n"
+        f"p.source('orders', hr.sources.Files({str(tmp_path / 'inbox')!r}, schema='id long')).sink(\n"
+        "    'topic', hr.sinks.Kafka('orders', exactly_once=False))\n")
+    assert _needs_cold_start({"file": str(tmp_path / "to_kafka.py")}, launched)
+    assert _needs_cold_start(job, {})
+

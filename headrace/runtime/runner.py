@@ -239,10 +239,11 @@ class PipelineRun:
         next start); False when there is no query to stop or it is being stopped already."""
         if self.query is None or self._halted:
             return False
-        self.stop_reason = reason
-        self._stop_asked = self._halted = True
-        self._halting = threading.Thread(target=self._stop_quietly, name="headrace-halt", daemon=True)
-        self._halting.start()
+        self.stop_reason, self._halted = reason, True
+        halting = threading.Thread(target=self._stop_quietly, name="headrace-halt", daemon=True)
+        halting.start()
+        self._halting = halting  # started before the run's thread can see the stop and join it
+        self._stop_asked = True
         return True
 
     def halted(self) -> bool:
