@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,33 @@ def test_a_bounded_directory_ends_and_its_last_windows_fire(spark: Any, tmp_path
     assert window_rows(out) == counts_per_10s(clicks)  # every window, the last ones too; not the file added later
     assert result.input_rows == 75  # the flush row is not a record
     assert [n for n in (report["numInputRows"] for report in result.progress) if n][:3] == [25, 25, 25]
+
+
+class SlowSink(TestSink):
+    """Takes 0.8 s a batch: the runner, looking at the sources every 0.25 s, sees the last file's batch run."""
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        time.sleep(0.8)
+        super().write_batch(df, batch_id)
+
+
+def test_the_end_of_input_comes_in_the_batch_right_after_the_last_files(spark: Any, tmp_path: Path) -> None:
+    """The end-of-input row is written while the batch that takes the last file runs, so the next
+    batch reads it: no batch without data, and no wait, between the two."""
+    inbox = tmp_path / "in"
+    clicks = write_clicks(inbox, files=3, per_file=25)
+    p = hr.Pipeline("bounded_native_end_at_once")
+    out = SlowSink()
+    p.source("clicks", hr.sources.Files(inbox, schema="user string, ts timestamp", bounded=True,
+                                        max_files_per_batch=1), event_time="ts", max_out_of_orderness="2s"
+             ).key_by("user").window(hr.Tumbling("10s")).count().sink("out", out)
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+
+    assert window_rows(out) == counts_per_10s(clicks)
+    reports = sorted(result.progress, key=lambda report: report["batchId"])
+    sources = [report["sources"][0] for report in reports]
+    assert [report["numInputRows"] for report in reports[:3]] == [25, 25, 25]
+    assert sources[3]["startOffset"] != sources[3]["endOffset"]  # batch 3 read a file: the end file
 
 
 def test_a_stopped_bounded_run_goes_on_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:

@@ -27,9 +27,11 @@ the source's directory and the source's end folder in the run files, and sees on
 the directory holds when the run starts (a ``pathGlobFilter`` of their names) and the end
 file. Spark logs the files each micro-batch takes before the batch runs, under the query's
 checkpoint (``sources/<n>/<batch>``, ``<batch>.compact``: a ``v1`` line, then one JSON entry
-per file). Between micro-batches the runner calls ``end_bounded``: once the log holds every
-file of the directory, it writes the end file, one flush row (its ``_hr_ctl`` set, which a row
-of any other file never has); once the log holds the end file, it writes the exhausted marker.
+per file). Between micro-batches, and every quarter of a second while one runs, the runner
+calls ``end_bounded``: once the log holds every file of the directory in a planned batch, it
+writes the end file, one flush row (its ``_hr_ctl`` set, which a row of any other file never
+has), so that the batch after the one that took the last files reads it; once the log holds the
+end file, it writes the exhausted marker.
 No Python runs in the query. That needs the checkpoint on this machine's file system.
 
 What differs from headrace's Python reader (``reader="python"``): files are taken oldest
@@ -280,16 +282,23 @@ def _end_file(format: str, schema: Schema, csv_header: bool) -> bytes:
 
 
 def files_taken(checkpoint: str) -> set[str]:
-    """The paths of the files the query's file sources have taken: the entries of their logs."""
+    """The paths of the files the query's file sources have taken in a planned micro-batch: the
+    entries of their logs that the offset log's latest entry covers. ``end_bounded`` also runs
+    while a batch is being planned, and Spark logs a batch's files just before its offsets: a
+    file of a batch not planned yet (which ``forget_unplanned`` would take out after a crash)
+    does not count."""
     paths: set[str] = set()
     logs = os.path.join(checkpoint, "sources")
     if not os.path.isdir(logs):
         return paths
+    planned = _planned_log_offsets(checkpoint)
     for source in os.scandir(logs):
-        if source.is_dir():
+        if source.is_dir() and source.name.isdigit():
+            last = planned.get(int(source.name), -1)
             for log in os.scandir(source.path):
                 if not log.name.startswith(".") and not log.name.endswith(".crc"):  # being written; checksums
-                    paths.update(unquote(urlparse(entry["path"]).path) for entry in _log_entries(log.path) or ())
+                    paths.update(unquote(urlparse(entry["path"]).path) for entry in _log_entries(log.path) or ()
+                                 if entry["batchId"] <= last)
     return paths
 
 

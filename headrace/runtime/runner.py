@@ -282,7 +282,8 @@ class PipelineRun:
         self._collect()
 
     def between_batches(self) -> None:
-        """Let each source whose query cannot see its end by itself look at where the query is."""
+        """Let each source whose query cannot see its end by itself look at where the query is
+        (between micro-batches, and while one runs: what a source reads is logged before its batch)."""
         for source in self.plan.sources():
             source.connector.between_batches(SourceContext(self.run_dir, source.name, self.checkpoint))
 
@@ -361,6 +362,9 @@ class PipelineRun:
         threading.Thread(target=process, name="headrace-settle", daemon=True).start()
         while not done.wait(0.25):
             self.poll()
+            # while a batch runs: a bounded source whose last files that batch took writes its end
+            # now, so the next batch reads it at once (no batch without data, no wait in between)
+            self.between_batches()
         return not failed.is_set()
 
     def _settle_timed(self) -> None:
