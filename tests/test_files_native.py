@@ -140,9 +140,9 @@ def window_rows(sink: TestSink) -> list[tuple[str, int, int]]:
                   for r in sink.rows())
 
 
-def clicks_pipeline(inbox: Path, name: str, **files: Any) -> tuple[hr.Pipeline, TestSink]:
+def clicks_pipeline(inbox: Path, name: str, out: TestSink | None = None, **files: Any) -> tuple[hr.Pipeline, TestSink]:
     p = hr.Pipeline(name)
-    out = TestSink()
+    out = out or TestSink()
     clicks = p.source("clicks", hr.sources.Files(inbox, schema="user string, ts timestamp", bounded=True, **files),
                       event_time="ts", max_out_of_orderness="2s")
     clicks.key_by("user").window(hr.Tumbling("10s")).count().sink("out", out)
@@ -177,11 +177,7 @@ def test_the_end_of_input_comes_in_the_batch_right_after_the_last_files(spark: A
     batch reads it: no batch without data, and no wait, between the two."""
     inbox = tmp_path / "in"
     clicks = write_clicks(inbox, files=3, per_file=25)
-    p = hr.Pipeline("bounded_native_end_at_once")
-    out = SlowSink()
-    p.source("clicks", hr.sources.Files(inbox, schema="user string, ts timestamp", bounded=True,
-                                        max_files_per_batch=1), event_time="ts", max_out_of_orderness="2s"
-             ).key_by("user").window(hr.Tumbling("10s")).count().sink("out", out)
+    p, out = clicks_pipeline(inbox, "bounded_native_end_at_once", SlowSink(), max_files_per_batch=1)
     result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
 
     assert window_rows(out) == counts_per_10s(clicks)
