@@ -24,7 +24,9 @@ of the last one that read input, from Spark's progress reports, as in ``ysb.py``
 the hand-written pipeline's time over headrace's (above 1: headrace is faster). Each runs twice
 (``--rounds``; once with ``--quick``), the two taking turns to go first (the hand-written one first
 in the first round for even query numbers), and each side's fastest run counts: a query's first run
-pays for compiling its own code, which a pipeline that runs for long pays once. Every run is
+pays for compiling its own code, which a pipeline that runs for long pays once. A short query runs
+more rounds, until each side's runs add up to ``SAMPLED_SECONDS`` (at most ``MAX_ROUNDS``): a run of
+about a second varies by a tenth from one run to the next on a loaded machine. Every run is
 checked against the reference. An untimed run of the first query both ways goes before all (the
 JVM compiles its hot paths in the first runs).
 
@@ -320,6 +322,8 @@ class Config:
 
 
 QUICK = Config(events=EventsConfig(events=20_000, files=2), rounds=1)
+SAMPLED_SECONDS = 10.0  # a short query's rounds go on until each side's runs add up to this
+MAX_ROUNDS = 6
 
 
 @dataclass
@@ -342,8 +346,9 @@ class Results:
 
 def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir: str, out: Print,
               rounds: int = 1) -> Outcome:
-    """Run the query's two pipelines ``rounds`` times each (taking turns to go first), check every run
-    against the reference, and print its line with each side's fastest run."""
+    """Run the query's two pipelines ``rounds`` times each (taking turns to go first), more while
+    a side's runs add up to less than ``SAMPLED_SECONDS`` (with ``rounds`` above 1), check every
+    run against the reference, and print its line with each side's fastest run."""
     query = QUERIES[name]
     expected = reference_answer(query, events)
     built: tuple[hr.Pipeline, Collect | None] | None = None
@@ -353,7 +358,9 @@ def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir
         out(f"  {name} headrace refuses it: {first_line(refusal)}")
     runs: dict[str, Run] = {}  # each side's fastest run; it agrees with the reference when every run did
     failed: set[str] = set()
-    for round_number in range(rounds):
+    sampled = {"hand": 0.0, "headrace": 0.0}  # each side's seconds over all its runs
+    round_number = 0
+    while round_number < rounds or _sample_more(rounds, round_number, {w: sampled[w] for w in runs}):
         order = ("hand", "headrace") if (int(name[1:]) + round_number) % 2 == 0 else ("headrace", "hand")
         for who in (w for w in order if w not in failed):
             try:
@@ -370,6 +377,7 @@ def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir
                 failed.add(who)
                 runs.pop(who, None)
                 continue
+            sampled[who] += run.seconds
             disagreement = difference(expected, answer(query, run.batches))
             run.agrees, run.disagreement = not disagreement, disagreement
             best = runs.get(who)
@@ -379,7 +387,8 @@ def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir
             else:
                 best.agrees = best.agrees and run.agrees
                 best.disagreement = best.disagreement or disagreement
-    of = f" (best of {rounds})" if rounds > 1 else ""
+        round_number += 1
+    of = f" (best of {round_number})" if round_number > 1 else ""
     for who, run in runs.items():
         rows = (f"the reference's {len(expected):,} rows" if run.agrees
                 else f"NOT the reference's: {run.disagreement}")
@@ -393,6 +402,12 @@ def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir
     out(f"nexmark {name}: exact={'yes' if ours.agrees else 'no'} ratio={'n/a' if ratio is None else f'{ratio:.2f}'}"
         f"{'' if hand else ' (the hand-written pipeline failed)'}")
     return Outcome(ours.agrees, ratio)
+
+
+def _sample_more(rounds: int, done: int, sampled: dict[str, float]) -> bool:
+    """Whether a short query runs another round: some side that runs has less than
+    ``SAMPLED_SECONDS`` in all, and ``rounds`` (above 1: not a smoke run) asked for sampling."""
+    return rounds > 1 and done < MAX_ROUNDS and bool(sampled) and min(sampled.values()) < SAMPLED_SECONDS
 
 
 def first_line(error: BaseException) -> str:

@@ -172,12 +172,13 @@ def _with_dead_letters(frame: Any, context: SourceContext, path: str, format: st
         column = F.col(f"`{name}`")
         if kind in TEMPORAL and context.probe_fields:
             column = F.timestamp_millis(F.length(column) + F.lit(probe_mark(source, name)))
-        elif kind in TEMPORAL:
+        elif kind in TEMPORAL and (context.fields_read is None or name in context.fields_read):
             converted_columns.append(_temporal(column, kind).alias(f"{CONVERTED}{name}"))
             converted = F.col(f"`{CONVERTED}{name}`")
-            if context.fields_read is None or name in context.fields_read:
-                unreadable = unreadable | (column.isNotNull() & converted.isNull())
+            unreadable = unreadable | (column.isNotNull() & converted.isNull())
             column = converted
+        elif kind in TEMPORAL:  # no step reads it: unchecked, and Spark drops its conversion
+            column = _temporal(column, kind)
         columns.append(column.alias(name))
     if converted_columns:
         # Each conversion once a row: in a projection of its own, which a non-deterministic column
