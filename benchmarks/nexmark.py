@@ -26,7 +26,8 @@ the hand-written pipeline's time over headrace's (above 1: headrace is faster). 
 in the first round for even query numbers), and each side's fastest run counts: a query's first run
 pays for compiling its own code, which a pipeline that runs for long pays once. A short query runs
 more rounds, until each side's runs add up to ``SAMPLED_SECONDS`` (at most ``MAX_ROUNDS``): a run of
-about a second varies by a tenth from one run to the next on a loaded machine. Every run is
+about a second varies by a tenth from one run to the next on two cores. Before each run, Python
+collects its garbage, so that no run pays for the rows of the runs before it. Every run is
 checked against the reference. An untimed run of the first query both ways goes before all (the
 JVM compiles its hot paths in the first runs).
 
@@ -61,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import shutil
@@ -322,8 +324,8 @@ class Config:
 
 
 QUICK = Config(events=EventsConfig(events=20_000, files=2), rounds=1)
-SAMPLED_SECONDS = 10.0  # a short query's rounds go on until each side's runs add up to this
-MAX_ROUNDS = 6
+SAMPLED_SECONDS = 15.0  # a short query's rounds go on until each side's runs add up to this
+MAX_ROUNDS = 8
 
 
 @dataclass
@@ -363,6 +365,7 @@ def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir
     while round_number < rounds or _sample_more(rounds, round_number, {w: sampled[w] for w in runs}):
         order = ("hand", "headrace") if (int(name[1:]) + round_number) % 2 == 0 else ("headrace", "hand")
         for who in (w for w in order if w not in failed):
+            gc.collect()  # neither side pays for the garbage of the runs before it
             try:
                 if who == "hand":
                     run = run_pyspark(spark, name, query, root, events.config, workdir)
