@@ -76,6 +76,16 @@ def test_the_quick_nexmark_benchmark_is_exact_on_its_queries_and_ends_with_its_l
     assert re.fullmatch(r"nexmark exact=4/4 min_ratio=\d+\.\d\d median_ratio=\d+\.\d\d", lines[-1]), lines[-1]
 
 
+def test_nexmark_samples_a_short_query_until_each_side_has_run_long_enough():
+    benchmark = load_benchmark("nexmark")
+    enough, most = benchmark.SAMPLED_SECONDS, benchmark.MAX_ROUNDS
+    assert benchmark._sample_more(2, 2, {"hand": enough - 0.1, "headrace": enough + 5})  # one side ran too little
+    assert not benchmark._sample_more(2, 2, {"hand": enough, "headrace": enough})
+    assert not benchmark._sample_more(2, most, {"hand": 1.0, "headrace": 1.0})  # at most MAX_ROUNDS
+    assert not benchmark._sample_more(1, 1, {"hand": 1.0, "headrace": 1.0})  # --quick: one round, as asked
+    assert not benchmark._sample_more(2, 2, {})  # neither side runs (refused, or both failed)
+
+
 def test_the_ml_benchmark_scores_both_ways_and_ends_with_its_ratio_line(spark, capsys):
     pytest.importorskip("sklearn", reason="the ml extra: pip install -e '.[ml]'")
     benchmark = load_benchmark("ml")
