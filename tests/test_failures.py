@@ -208,3 +208,50 @@ def test_a_killed_source_runner_is_restarted_and_the_output_is_exact(spark, tmp_
                                 "process that serves its offsets (the streaming source runner died or its connection "
                                 "broke)")
     assert lines[-1]["restarts"] == 1
+
+
+STRANGER = '''#!/bin/sh
+# Spark's Python for this test: the first worker that runs a stateful step's driver side never
+# starts; in its place a stranger reaches the worker's socket with a wrong secret, as a worker
+# Spark gave up on does when it reaches a later worker's port on a busy machine.
+case "$*" in *transform_with_state_driver_worker*)
+  if [ ! -e "{marker}" ]; then
+    touch "{marker}"
+    exec "{python}" -c "import os, socket, struct
+s = socket.create_connection(('127.0.0.1', int(os.environ['PYTHON_WORKER_FACTORY_PORT'])))
+s.sendall(struct.pack('>i', 5) + b'wrong')
+s.recv(16)"
+  fi;;
+esac
+exec "{python}" "$@"
+'''
+
+
+def test_a_python_worker_that_does_not_start_is_restarted_and_the_output_is_exact(spark, tmp_path, capsys):
+    stranger = tmp_path / "python.sh"
+    stranger.write_text(STRANGER.format(marker=tmp_path / "once", python=sys.executable))
+    stranger.chmod(0o755)
+    p = hr.Pipeline("worker_not_started")
+    out = TestSink()
+    rows = [[{"k": (step * 10 + i) % 3, "n": step * 10 + i} for i in range(10)] for step in range(3)]
+    (p.source("numbers", TestSource(rows, schema={"k": "long", "n": "long"})).key_by("k")
+     .window(hr.Count(5), name="fives").count().sink("out", out))
+    hr.testing._ship_test_modules(p)
+    context = spark.sparkContext
+    python, context.pythonExec = context.pythonExec, str(stranger)  # the workers of this run's query start through it
+    try:
+        run = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="json", restart_backoff="100ms").start()
+        result = run.wait(until_exhausted=True)
+    finally:
+        context.pythonExec = python
+    assert (tmp_path / "once").exists() and result.restarts == 1
+    counted: dict[int, int] = {}
+    for batch in rows:
+        for row in batch:
+            counted[row["k"]] = counted.get(row["k"], 0) + 1
+    assert sorted((r["k"], r["count"]) for r in out.rows()) == sorted(
+        (k, 5) for k, n in counted.items() for _ in range(n // 5))
+    restart = next(json.loads(line)["restart"] for line in capsys.readouterr().out.splitlines() if '"restart"' in line)
+    assert restart["error"] == (
+        f"step 'fives' ({p.plan.nodes['fives'].defined_at}): a Python worker for it did not start (it failed to "
+        "connect back to Spark: java.lang.IllegalArgumentException: Authentication failed.)")

@@ -13,6 +13,9 @@ checkpoint can get past it):
 * a Python worker that crashed (exited unexpectedly: killed, out of memory, a fault in native code);
 * the Python streaming source runner lost: the process serving a source's offsets died or its
   connection broke (Spark's ``STREAM_FAILED`` with the runner in its trace);
+* a Python worker that did not start: it failed to connect back to Spark in time, or another
+  process reached its socket first (``Authentication failed``: on a busy machine, a worker Spark
+  gave up on may reach a later worker's port);
 * a lost connection: Python's ``ConnectionError`` family and ``TimeoutError``, PostgreSQL's
   ``OperationalError``, Java's socket and connect exceptions, the Kafka client's timeout and
   network exceptions (Spark's Kafka source whose brokers are out of reach), in a source, a sink
@@ -40,6 +43,8 @@ from headrace.plan.graph import Plan
 from headrace.plan.nodes import Node
 
 SOURCE_RUNNER = "PythonStreamingSourceRunner"
+STATEFUL_PROCESSOR = "TransformWithStateInPySpark"
+WORKER_NOT_STARTED = "Python worker failed to connect back"  # Spark's words for a worker that never got going
 _RUNNER_LOST = re.compile(r"java\.io\.EOFException|java\.net\.Socket\w*Exception|exited unexpectedly")
 _CONNECTION_LOST = re.compile(
     r"\b(?:ConnectionError|ConnectionResetError|ConnectionRefusedError|ConnectionAbortedError|BrokenPipeError"
@@ -99,6 +104,11 @@ def _classify(plan: Plan, text: str) -> Failure:
         return Failure(PipelineFailed(
             f"{_who(plan, sources)}: Spark lost the Python process that serves {whose} (the streaming source runner "
             "died or its connection broke)"), restartable=True)
+    if WORKER_NOT_STARTED in text:
+        steps = _worker_of(plan, text)
+        return Failure(PipelineFailed(
+            f"{_who(plan, steps)}: a Python worker for {_it(steps)} did not start (it failed to connect back to "
+            f"Spark: {root_cause(text)})"), restartable=True)
     if UNFINISHED_RESCALE in text:
         return Failure(PipelineFailed(
             f"pipeline {plan.name!r}: its checkpoint ends with a state rescale that did not finish; run headrace "
@@ -149,6 +159,18 @@ def _format_of(node: Node) -> str:
     """The Spark format a source or sink asks for, if any."""
     connector: Any = getattr(node, "connector", None)
     return getattr(connector, "native_format", None) or ""
+
+
+def _worker_of(plan: Plan, text: str) -> Sequence[Node]:
+    """The steps whose Python worker Spark was starting: a source's runner, a stateful
+    processor's driver side (``TransformWithStateInPySpark``) or a task's."""
+    if SOURCE_RUNNER in text:
+        return plan.sources()
+    if STATEFUL_PROCESSOR in text:
+        from headrace.spark.specs import spec_of  # the runtime's failures need Spark only here
+
+        return [node for node in plan.nodes.values() if spec_of(node).stateful]
+    return _user_code(plan) or plan.sources()
 
 
 def _user_code(plan: Plan) -> list[Node]:
