@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -245,10 +246,7 @@ def test_a_python_worker_that_does_not_start_is_restarted_and_the_output_is_exac
     finally:
         context.pythonExec = python
     assert (tmp_path / "once").exists() and result.restarts == 1
-    counted: dict[int, int] = {}
-    for batch in rows:
-        for row in batch:
-            counted[row["k"]] = counted.get(row["k"], 0) + 1
+    counted = Counter(row["k"] for batch in rows for row in batch)
     assert sorted((r["k"], r["count"]) for r in out.rows()) == sorted(
         (k, 5) for k, n in counted.items() for _ in range(n // 5))
     restart = next(json.loads(line)["restart"] for line in capsys.readouterr().out.splitlines() if '"restart"' in line)

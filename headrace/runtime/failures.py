@@ -94,7 +94,7 @@ def _classify(plan: Plan, text: str) -> Failure:
     if inner is not None:  # a user function, a source or a sink said what went wrong (the record aside)
         return Failure(inner, restartable=_server_lost(str(inner).split(" (record: ")[0]))
     if python_worker_crashed(text):
-        steps: Sequence[Node] = _user_code(plan) or plan.sources()
+        steps = _task_steps(plan)
         return Failure(PipelineFailed(
             f"{_who(plan, steps)}: a Python worker crashed while running {_it(steps)} (the process exited "
             "unexpectedly: killed, out of memory or a fault in native code)"), restartable=True)
@@ -170,6 +170,11 @@ def _worker_of(plan: Plan, text: str) -> Sequence[Node]:
         from headrace.spark.specs import spec_of  # the runtime's failures need Spark only here
 
         return [node for node in plan.nodes.values() if spec_of(node).stateful]
+    return _task_steps(plan)
+
+
+def _task_steps(plan: Plan) -> Sequence[Node]:
+    """The steps a task's Python worker may be running: those with user functions, else the sources."""
     return _user_code(plan) or plan.sources()
 
 
