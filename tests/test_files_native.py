@@ -95,6 +95,52 @@ def test_dead_letters_are_counted_when_no_step_reads_them(spark: Any, tmp_path: 
     assert (result.input_rows, result.dead_letters) == (4, 2)
 
 
+def test_a_source_read_once_reaches_spark_optimized_and_its_dead_letters_still_count(spark: Any,
+                                                                                     tmp_path: Path) -> None:
+    """A pipeline's one source whose dead letters only its good rows' marker counts: Spark is handed
+    the good rows' plan already optimized, without the dead-letter columns it would otherwise
+    simplify away in every micro-batch, and the rows, their timestamps and the dead letters are
+    what plain Python makes of the same lines."""
+    from headrace.spark.compiler import compile_plan
+
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    lines = [{"user": "ada", "n": 1, "ts": "2026-01-01T10:00:00"}, {"user": "bob", "n": 2, "ts": 1767261600000},
+             "not json", {"user": "dee", "n": 4, "ts": "yesterday"}, {"user": "eve", "n": 5, "ts": 1767261601000}]
+    (inbox / "a.jsonl").write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n"
+                                           for line in lines))
+    p = hr.Pipeline("optimized_once")
+    out = TestSink()
+    p.source("events", hr.sources.Files(inbox, schema="user string, n long, ts timestamp", bounded=True)) \
+        .filter(hr.col("n") > 1).sink("out", out)
+
+    frame = compile_plan(p.plan, spark, str(tmp_path / "compiled"), str(tmp_path / "probe")).sink_frames["out"]
+    analyzed = frame._jdf.queryExecution().analyzed().toString()
+    assert "_hr_dead_raw" not in analyzed and "to_json" not in analyzed
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+
+    def moment(ts: Any) -> datetime:
+        return datetime.fromtimestamp(ts / 1000, UTC) if isinstance(ts, int) else datetime.fromisoformat(ts + "+00:00")
+    good = [line for line in lines if isinstance(line, dict) and line["ts"] != "yesterday"]
+    assert sorted((r["user"], r["n"], r["ts"].replace(tzinfo=UTC)) for r in out.rows()) == sorted(
+        (line["user"], line["n"], moment(line["ts"])) for line in good if line["n"] > 1)
+    assert result.dead_letters == len(lines) - len(good)
+
+
+def test_a_frame_that_reads_the_clock_is_not_optimized_ahead(spark: Any) -> None:
+    """Spark's optimizer fixes current_timestamp() to the moment it runs: such a frame is left as it is."""
+    from pyspark.sql import functions as F
+
+    from headrace.spark.stateless import optimized_once
+
+    ticking = spark.range(3).select(F.current_timestamp().alias("now"))
+    assert optimized_once(ticking) is ticking
+    plain = spark.range(3).filter(F.lit(True)).select((F.col("id") + 1).alias("n"))
+    once = optimized_once(plain)
+    assert once is not plain and "Filter" not in once._jdf.queryExecution().analyzed().toString()
+    assert [r.n for r in once.collect()] == [1, 2, 3]
+
+
 def test_csv_and_parquet(spark: Any, tmp_path: Path) -> None:
     (tmp_path / "csv").mkdir()
     (tmp_path / "csv" / "a.csv").write_text("user,n\nada,1\nbob,x\n")

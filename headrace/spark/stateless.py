@@ -10,7 +10,8 @@ these steps until the operator that needs them.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
@@ -99,7 +100,9 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
                                     records=record_count(control) if count_records else None)
         lowering.observed_sources[node.name] = df
     good = good_rows(node, df, lowering)
-    return lowering.mark_good_rows(good, node.name) if by_good_rows else good
+    if not by_good_rows:
+        return good
+    return lowering.mark_good_rows(good if lowering.probe_fields else optimized_once(good), node.name)
 
 
 def good_rows(node: SourceNode, df: DataFrame, lowering: Compilation) -> DataFrame:
@@ -110,6 +113,25 @@ def good_rows(node: SourceNode, df: DataFrame, lowering: Compilation) -> DataFra
     if not lowering.needs_control(node.name):
         df = df.filter(F.col(CONTROL_COLUMN).isNull()).drop(CONTROL_COLUMN)
     return df
+
+
+_CLOCK = re.compile(r"\b(current_timestamp|current_date|current_time|now|localtimestamp)\(", re.IGNORECASE)
+
+
+def optimized_once(df: DataFrame) -> DataFrame:
+    """``df`` as Spark's optimizer leaves it, for a source's good rows that nothing else in the
+    query reads (``dead_letters_by_good_rows``). Spark optimizes a streaming query's whole plan
+    again for each micro-batch; handed the good rows' optimized plan, it no longer simplifies away
+    the dead-letter columns and tests every time (NEXMark's q2, Spark's optimizer alone on the
+    query's plan: 17 ms; 8.5 ms with the good rows optimized once; 4 ms for the query by hand). Not
+    for rows that read the clock: the optimizer fixes ``current_timestamp()`` to when it runs."""
+    spark: Any = df.sparkSession
+    session = spark._jsparkSession
+    analyzed = df._jdf.queryExecution().analyzed()
+    if _CLOCK.search(analyzed.toString()):
+        return df
+    optimized = session.sessionState().optimizer().execute(analyzed)
+    return DataFrame(spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, optimized), spark)
 
 
 def lower_table(node: TableNode, lowering: Compilation) -> DataFrame:
