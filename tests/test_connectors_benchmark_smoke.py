@@ -21,7 +21,7 @@ def benchmark() -> Any:
     return load_benchmark("connectors")
 
 
-@pytest.mark.parametrize("name", ["redis", "postgres-cdc", "mqtt", "nats", "rabbitmq", "files"])
+@pytest.mark.parametrize("name", ["redis", "postgres-cdc", "mqtt", "nats", "rabbitmq", "files", "files-bounded"])
 def test_the_quick_benchmark_ends_with_the_closing_line(spark: Any, capsys: Any, benchmark: Any, name: str) -> None:
     bench = benchmark.BENCHES[name](records=2_000, workdir="")
     why = bench.unavailable()  # starts the service with its script when it is not running

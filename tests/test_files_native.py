@@ -127,6 +127,44 @@ def test_a_source_read_once_reaches_spark_optimized_and_its_dead_letters_still_c
     assert result.dead_letters == len(lines) - len(good)
 
 
+@pytest.mark.parametrize("sinks", [1, 2])
+def test_a_source_its_sinks_read_as_it_is_counts_its_dead_letters_without_an_observed_metric(
+        spark: Any, tmp_path: Path, sinks: int) -> None:
+    """Sinks that read the one source itself (no step between, no dead-letter sink): the query
+    writes the source's good rows with no observed metric on every row (Spark's CollectMetrics,
+    a node outside the generated code), its dead letters counted as its input rows less the good
+    rows' marker; the rows and the count are what plain Python makes of the same lines."""
+    from headrace.spark.compiler import compile_plan
+
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    lines = ['{"n": 1, "who": "ada"}', "not json", '{"n": 2, "who": "bob"}', '{"n": "two", "who": "cy"}',
+             '{"n": 3}']
+    (inbox / "a.jsonl").write_text("\n".join(lines) + "\n")
+    p = hr.Pipeline(f"straight_to_{sinks}_sinks")
+    numbers = p.source("numbers", hr.sources.Files(inbox, schema="n long, who string", bounded=True))
+    outs = [TestSink() for _ in range(sinks)]
+    for index, out in enumerate(outs):
+        numbers.sink(f"out{index}", out)
+
+    frame = compile_plan(p.plan, spark, str(tmp_path / "compiled"), str(tmp_path / "probe")).sink_frames["out0"]
+    analyzed = frame._jdf.queryExecution().analyzed().toString()
+    assert "CollectMetrics" not in analyzed and "_hr_dead_raw" not in analyzed
+    result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait()
+
+    good = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record.get("n"), int):
+            good.append((record["n"], record.get("who")))
+    for out in outs:
+        assert sorted((r["n"], r["who"]) for r in out.rows()) == sorted(good)
+    assert (result.input_rows, result.dead_letters) == (len(lines), len(lines) - len(good))
+
+
 def test_a_frame_that_reads_the_clock_is_not_optimized_ahead(spark: Any) -> None:
     """Spark's optimizer fixes current_timestamp() to the moment it runs: such a frame is left as it is."""
     from pyspark.sql import functions as F

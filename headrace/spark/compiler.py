@@ -123,7 +123,7 @@ class Lowering(WatermarkPlacement):
         plan = self.plan
         return (self.count_steps and len(plan.sources()) == 1 and self.scans.get(source.name, 1) == 1
                 and source.connector.emits_dead_letters and not self.needs_control(source.name)
-                and source.name not in query_roots(plan))
+                and not _split_per_batch(plan, source.name))
 
     def mark_good_rows(self, df: DataFrame, source: str) -> DataFrame:
         """The source's good rows under its marker (``dead_letters_by_good_rows``)."""
@@ -176,6 +176,16 @@ class Lowering(WatermarkPlacement):
             self.watermarked[name] = with_watermark(df, producer.event_time, delay,
                                                     barrier=self.filters_before_window(takers))
         return self.watermarked[name]
+
+
+def _split_per_batch(plan: Plan, source: str) -> bool:
+    """Whether each micro-batch of ``source``'s rows, with its dead letters, is split in
+    foreachBatch (``headrace/spark/writer.py``): the source is a root the query runs to, and its
+    sinks do not all read it as it is (a step below it, the dead letters or an operator reads it).
+    When every sink reads the source itself, the query writes the source's good rows as they are."""
+    if source not in query_roots(plan):
+        return False
+    return has_operators(plan) or any(sink.inputs[0] != source for sink in plan.sinks())
 
 
 def query_roots(plan: Plan) -> list[str]:
