@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/nexmark.py                      # every query on 300,000 events
     .venv/bin/python benchmarks/nexmark.py --quick              # a smoke run on 20,000 events
+    .venv/bin/python benchmarks/nexmark.py --unbounded          # the stateless queries, headrace's sources unbounded
     .venv/bin/python benchmarks/nexmark.py --queries q0,q5 --events 100000 --seed 7
 
 The events (``benchmarks/nexmark_events.py``) are NEXMark's persons, auctions and bids, generated
@@ -14,7 +15,8 @@ Spark session:
   ``trigger(availableNow=True)``;
 * **headrace** (``nexmark_headrace.py``): the published SQL through ``p.sql`` where headrace takes
   it, else other SQL (q18: ``max_by``) or fluent steps, reading the folders with bounded ``Files``
-  sources.
+  sources; with ``--unbounded``, the stateless queries (``STATELESS``) on unbounded ones, each run
+  drained (``PipelineRun(drain=True)``: what the folders hold when it starts, then the end).
 
 Both pipelines write each micro-batch to the driver (q10: to JSON files), and their rows are
 compared with the reference as multisets: timestamps as epoch milliseconds, numbers rounded to 6
@@ -288,9 +290,13 @@ def run_pyspark(spark: SparkSession, name: str, query: Query, root: str, config:
     return Run(batches, progress)
 
 
-def run_headrace(pipeline: hr.Pipeline, sink: Collect | None, name: str, query: Query, workdir: str) -> Run:
+def run_headrace(pipeline: hr.Pipeline, sink: Collect | None, name: str, query: Query, workdir: str,
+                 unbounded: bool = False) -> Run:
+    """Run the pipeline to its end: bounded sources to their last file, unbounded ones drained
+    (what the folders hold when it starts, as the hand-written query's availableNow reads them)."""
     folder = fresh_dir(workdir, f"headrace_{name}")
-    result = PipelineRun(pipeline, state_dir=os.path.join(folder, "state"), progress="quiet", fresh=True).start().wait()
+    run = PipelineRun(pipeline, state_dir=os.path.join(folder, "state"), progress="quiet", fresh=True, drain=unbounded)
+    result = run.start().wait_drained() if unbounded else run.start().wait()
     if sink is None:
         batches = {0: timestamps_read(file_rows(os.path.join(folder, "out")))}
     else:
@@ -298,12 +304,12 @@ def run_headrace(pipeline: hr.Pipeline, sink: Collect | None, name: str, query: 
     return Run(batches, result.progress)
 
 
-def headrace_pipeline(name: str, query: Query, root: str, config: EventsConfig,
-                      workdir: str) -> tuple[hr.Pipeline, Collect | None]:
+def headrace_pipeline(name: str, query: Query, root: str, config: EventsConfig, workdir: str,
+                      unbounded: bool = False) -> tuple[hr.Pipeline, Collect | None]:
     """The query's headrace pipeline with its sink (raises hr.PlanError when headrace refuses it)."""
     assert query.headrace is not None
     pipeline = hr.Pipeline(f"nexmark_{name}")
-    stream = query.headrace(pipeline, in_headrace.Sources(root, config))
+    stream = query.headrace(pipeline, in_headrace.Sources(root, config, bounded=not unbounded))
     if query.files:
         stream.sink("out", hr.sinks.Files(os.path.join(workdir, f"headrace_{name}", "out"), format="jsonl",
                                           partition_by=["dt", "hm"]))
@@ -321,8 +327,11 @@ class Config:
     events: EventsConfig = EventsConfig()
     queries: tuple[str, ...] = tuple(QUERIES)
     rounds: int = 2  # runs of each side per query, the fastest counted: a query's first run compiles its code
+    unbounded: bool = False  # headrace's sources unbounded, each run drained (the stateless queries only)
 
 
+# the queries that keep no state (no window, join of two streams, aggregate, de-duplication or top N)
+STATELESS = ("q0", "q1", "q2", "q10", "q13", "q14", "q21", "q22")
 QUICK = Config(events=EventsConfig(events=20_000, files=2), rounds=1)
 SAMPLED_SECONDS = 15.0  # a short query's rounds go on until each side's runs add up to this
 MAX_ROUNDS = 8
@@ -347,7 +356,7 @@ class Results:
 
 
 def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir: str, out: Print,
-              rounds: int = 1) -> Outcome:
+              rounds: int = 1, unbounded: bool = False) -> Outcome:
     """Run the query's two pipelines ``rounds`` times each (taking turns to go first), more while
     a side's runs add up to less than ``SAMPLED_SECONDS`` (with ``rounds`` above 1), check every
     run against the reference, and print its line with each side's fastest run."""
@@ -355,7 +364,7 @@ def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir
     expected = reference_answer(query, events)
     built: tuple[hr.Pipeline, Collect | None] | None = None
     try:
-        built = headrace_pipeline(name, query, root, events.config, workdir) if query.headrace else None
+        built = headrace_pipeline(name, query, root, events.config, workdir, unbounded) if query.headrace else None
     except hr.PlanError as refusal:
         out(f"  {name} headrace refuses it: {first_line(refusal)}")
     runs: dict[str, Run] = {}  # each side's fastest run; it agrees with the reference when every run did
@@ -370,8 +379,9 @@ def run_query(spark: SparkSession, name: str, events: Events, root: str, workdir
                 if who == "hand":
                     run = run_pyspark(spark, name, query, root, events.config, workdir)
                 elif built is not None:
-                    run = run_headrace(*headrace_pipeline(name, query, root, events.config, workdir), name, query,
-                                       workdir) if round_number else run_headrace(*built, name, query, workdir)
+                    pipeline = headrace_pipeline(name, query, root, events.config, workdir, unbounded) \
+                        if round_number else built
+                    run = run_headrace(*pipeline, name, query, workdir, unbounded)
                 else:
                     continue
             except Exception as failure:  # noqa: BLE001 - one query's failure is reported, the others still run
@@ -441,9 +451,9 @@ def run_benchmark(spark: SparkSession, config: Config, out: Print = print, workd
             f"{len(events.auction):,} auctions, {len(events.bid):,} bids, {settings.files} files of each, "
             f"{settings.interval_ms} ms apart, out of order by less than {settings.max_delay_ms} ms")
         # untimed: the first query would otherwise pay alone for the JVM's first compilations
-        run_query(spark, config.queries[0], events, root, workdir, lambda _line: None)
+        run_query(spark, config.queries[0], events, root, workdir, lambda _line: None, unbounded=config.unbounded)
         for name in config.queries:
-            results.outcomes[name] = run_query(spark, name, events, root, workdir, out, config.rounds)
+            results.outcomes[name] = run_query(spark, name, events, root, workdir, out, config.rounds, config.unbounded)
         out(results.closing_line())
     finally:
         if own_workdir:
@@ -459,18 +469,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="the generator's seed")
     parser.add_argument("--rounds", type=int, help="runs of each side per query, the fastest counted (default: 2, "
                                                    "--quick 1)")
+    parser.add_argument("--unbounded", action="store_true",
+                        help=f"headrace's sources unbounded, each run drained; the stateless queries only "
+                             f"({', '.join(STATELESS)})")
     args = parser.parse_args(argv)
-    config = QUICK if args.quick else Config()
+    config = replace(QUICK if args.quick else Config(), unbounded=args.unbounded)
     if args.rounds is not None:
         if args.rounds < 1:
             parser.error("--rounds must be at least 1")
         config = replace(config, rounds=args.rounds)
     settings = replace(config.events, **{k: v for k, v in (("events", args.events), ("seed", args.seed))
                                          if v is not None})
-    queries = tuple(q.strip() for q in args.queries.split(",")) if args.queries else config.queries
+    everything = STATELESS if args.unbounded else config.queries
+    queries = tuple(q.strip() for q in args.queries.split(",")) if args.queries else everything
     unknown = [q for q in queries if q not in QUERIES]
     if unknown:
         parser.error(f"unknown queries {', '.join(unknown)}; they are q0 to q22")
+    stateful = [q for q in queries if q not in STATELESS]
+    if args.unbounded and stateful:
+        parser.error(f"--unbounded runs the stateless queries ({', '.join(STATELESS)}), not {', '.join(stateful)}: "
+                     f"the hand-written stateful queries end their windows with a flush row, which only a bounded "
+                     f"headrace source gives")
     if settings.events < 2 * 50 * settings.files:
         parser.error(f"--events must be at least {2 * 50 * settings.files}")
     from headrace.environment.session import get_session

@@ -17,14 +17,15 @@ from benchmarks.nexmark_reference import RANK_CONDITIONS
 
 
 class Sources:
-    """The folders as bounded headrace Files sources, one file of each kind per micro-batch."""
+    """The folders as headrace Files sources (bounded unless told), one file of each kind per micro-batch."""
 
-    def __init__(self, root: str, config: EventsConfig) -> None:
-        self.root, self.config = root, config
+    def __init__(self, root: str, config: EventsConfig, *, bounded: bool = True) -> None:
+        self.root, self.config, self.bounded = root, config, bounded
 
     def read(self, p: hr.Pipeline, kind: str, *, event_time: bool | str = False) -> hr.Stream:
         """The events of ``kind``, with their ``dateTime`` as event time (``event_time=True``) or another field."""
-        files = hr.sources.Files(folder(self.root, kind), schema=SCHEMAS[kind], bounded=True, max_files_per_batch=1)
+        files = hr.sources.Files(folder(self.root, kind), schema=SCHEMAS[kind], bounded=self.bounded,
+                                 max_files_per_batch=1)
         time = "dateTime" if event_time is True else event_time or None
         return p.source(kind, files, event_time=time, max_out_of_orderness=self.config.max_delay_ms)
 

@@ -1,6 +1,6 @@
 """The benchmarks run end to end (``benchmarks/ysb.py --quick``, ``benchmarks/count_window.py
 --quick``, ``benchmarks/word_count.py --quick``, ``benchmarks/validate.py --runs 1``,
-``benchmarks/nexmark.py --quick`` on four queries, ``benchmarks/ml.py`` on 5,000 rows,
+``benchmarks/nexmark.py --quick`` on four queries and ``--unbounded`` on two, ``benchmarks/ml.py`` on 5,000 rows,
 ``benchmarks/upgrade_gap.py --upgrades 1``) and end with their closing lines.
 
 This checks that the benchmark works, not that headrace meets its performance targets: on
@@ -74,6 +74,36 @@ def test_the_quick_nexmark_benchmark_is_exact_on_its_queries_and_ends_with_its_l
         assert any(re.fullmatch(rf"nexmark {query}: exact=yes ratio=\d+\.\d\d", line) for line in lines), lines
     assert not any("NOT the reference" in line for line in lines), lines  # the hand-written pipelines agree too
     assert re.fullmatch(r"nexmark exact=4/4 min_ratio=\d+\.\d\d median_ratio=\d+\.\d\d", lines[-1]), lines[-1]
+
+
+def test_the_unbounded_nexmark_benchmark_drains_the_stateless_queries_exactly(spark, capsys):
+    """``--unbounded``: headrace's sources unbounded, each run drained, still the reference's rows
+    (q10: the partitioned Files sink)."""
+    benchmark = load_benchmark("nexmark")
+    assert benchmark.main(["--quick", "--unbounded", "--queries", "q0,q10"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    for query in ("q0", "q10"):
+        assert any(re.fullmatch(rf"nexmark {query}: exact=yes ratio=\d+\.\d\d", line) for line in lines), lines
+    assert re.fullmatch(r"nexmark exact=2/2 min_ratio=\d+\.\d\d median_ratio=\d+\.\d\d", lines[-1]), lines[-1]
+
+
+def test_the_unbounded_nexmark_benchmark_refuses_a_stateful_query(capsys):
+    benchmark = load_benchmark("nexmark")
+    with pytest.raises(SystemExit) as refused:
+        benchmark.main(["--unbounded", "--queries", "q0,q5,q11"])
+    assert refused.value.code == 2
+    assert ("--unbounded runs the stateless queries (q0, q1, q2, q10, q13, q14, q21, q22), not q5, q11: the "
+            "hand-written stateful queries end their windows with a flush row") in capsys.readouterr().err
+
+
+def test_nexmarks_stateless_queries_are_those_whose_pipelines_keep_no_state(spark, tmp_path):
+    from headrace.spark.specs import stateful_steps
+
+    benchmark = load_benchmark("nexmark")
+    config = benchmark.EventsConfig()
+    keep_none = [name for name, query in benchmark.QUERIES.items() if not stateful_steps(
+        benchmark.headrace_pipeline(name, query, str(tmp_path), config, str(tmp_path))[0].plan)]
+    assert tuple(keep_none) == benchmark.STATELESS
 
 
 def test_nexmark_samples_a_short_query_until_each_side_has_run_long_enough():
