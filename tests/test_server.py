@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+CLOSE_WAIT_S = 120  # how long a SIGTERMed server may take to stop (Server.close)
 PIPELINE = """import headrace as hr
 
 p = hr.Pipeline("orders_copy")
@@ -90,7 +91,9 @@ class Server:
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=30)
+            # the server stops its pipelines at a batch boundary first: on a loaded machine a batch
+            # took over 30 s (the web UI's test in the CI of 75ef341)
+            self.process.wait(timeout=CLOSE_WAIT_S)
 
     def output(self) -> str:
         """What the server printed (it is stopped first)."""
