@@ -655,26 +655,23 @@ class BoundedFilesBench(FilesBench):
     no step of the pipeline reads one)."""
 
     name: str = "files-bounded"
+    reader: str = "spark"
 
     def headrace(self) -> Reading:
         import headrace as hr
 
-        source = hr.sources.Files(self.folder, "jsonl", SCHEMA, bounded=True)
+        source = hr.sources.Files(self.folder, "jsonl", SCHEMA, bounded=True, reader=self.reader)
         return run_headrace(pipeline_of(self.name, source), self.workdir, self.records, bounded=True)
 
 
 @dataclass
-class PythonFilesBench(FilesBench):
-    """headrace's Python reader (``reader="python"``: its Python data source), bounded."""
+class PythonFilesBench(BoundedFilesBench):
+    """headrace's Python reader (``reader="python"``: its Python data source), bounded; it ends
+    with a flush row."""
 
     name: str = "files-python"
     control_rows: int = 1
-
-    def headrace(self) -> Reading:
-        import headrace as hr
-
-        source = hr.sources.Files(self.folder, "jsonl", SCHEMA, bounded=True, reader="python")
-        return run_headrace(pipeline_of(self.name, source), self.workdir, self.records, bounded=True)
+    reader: str = "python"
 
 
 BENCHES: dict[str, type[Bench]] = {"redis": RedisBench, "postgres-cdc": PostgresBench, "mqtt": MqttBench,

@@ -296,7 +296,8 @@ def run_headrace(pipeline: hr.Pipeline, sink: Collect | None, name: str, query: 
     (what the folders hold when it starts, as the hand-written query's availableNow reads them)."""
     folder = fresh_dir(workdir, f"headrace_{name}")
     run = PipelineRun(pipeline, state_dir=os.path.join(folder, "state"), progress="quiet", fresh=True, drain=unbounded)
-    result = run.start().wait_drained() if unbounded else run.start().wait()
+    started = run.start()
+    result = started.wait_drained() if unbounded else started.wait()
     if sink is None:
         batches = {0: timestamps_read(file_rows(os.path.join(folder, "out")))}
     else:
