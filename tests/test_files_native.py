@@ -33,7 +33,10 @@ def test_json_lines_with_both_timestamp_forms_and_dead_letters_by_file(spark: An
                                    + json.dumps({"user": "bob", "n": 2, "ts": 1767261600000}) + "\n")
     (inbox / "b.jsonl").write_text("not json\n" + json.dumps({"user": "cy", "n": "three", "ts": 0}) + "\n"
                                    + json.dumps({"user": "dee", "n": 4, "ts": "yesterday"}) + "\n"
-                                   + json.dumps({"user": "eve", "n": 5, "ts": "2026-01-01 10:00:00"}) + "\n")
+                                   + json.dumps({"user": "eve", "n": 5, "ts": "2026-01-01 10:00:00"}) + "\n"
+                                   + json.dumps({"user": "fay", "n": 6, "ts": "2026-01-01T10:00"}) + "\n"
+                                   + json.dumps({"user": "gil", "n": 7, "ts": "2026-01-01"}) + "\n"
+                                   + json.dumps({"user": "hal", "n": 8, "ts": "10:00 am"}) + "\n")
     for age, name in enumerate(("a.jsonl", "b.jsonl")):  # Spark takes the oldest file first
         os.utime(inbox / name, (1_700_000_000 + age, 1_700_000_000 + age))
     p = hr.Pipeline("native_files")
@@ -46,14 +49,16 @@ def test_json_lines_with_both_timestamp_forms_and_dead_letters_by_file(spark: An
 
     at_ten = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
     assert sorted((r["user"], r["n"], r["ts"].replace(tzinfo=UTC)) for r in out.rows()) == [
-        ("ada", 1, at_ten), ("bob", 2, at_ten), ("eve", 5, at_ten)]
+        ("ada", 1, at_ten), ("bob", 2, at_ten), ("eve", 5, at_ten), ("fay", 6, at_ten),
+        ("gil", 7, at_ten.replace(hour=0))]
     errors = sorted((r["position"], r["raw"], r["error"].split(" of the ")[0].split(" that ")[0])
                     for r in dead.rows())
     assert errors == [("b.jsonl", "not json", "the line is not a JSON object"),
                       ("b.jsonl", '{"user": "cy", "n": "three", "ts": 0}', "the line is not a JSON object"),
-                      ("b.jsonl", '{"user":"dee","n":4,"ts":"yesterday"}', "a timestamp or date")]
-    assert [f for f in (report["numInputRows"] for report in result.progress) if f] == [2, 4]  # a file a batch
-    assert result.dead_letters == 3
+                      ("b.jsonl", '{"user":"dee","n":4,"ts":"yesterday"}', "a timestamp or date"),
+                      ("b.jsonl", '{"user":"hal","n":8,"ts":"10:00 am"}', "a timestamp or date")]
+    assert [f for f in (report["numInputRows"] for report in result.progress) if f] == [2, 7]  # a file a batch
+    assert result.dead_letters == 4
 
 
 def test_a_timestamp_no_step_reads_is_not_checked(spark: Any, tmp_path: Path) -> None:
