@@ -50,12 +50,22 @@ DRIFT_METRIC_PREFIX = "hr_drift_"  # + step: the records a learn step flagged as
 STEP_METRIC_PREFIX = "hr_step_"  # + step: the records a step of the query handed on (control rows not counted)
 RECORDS_FIELD = "records"  # the field of a step's (or a source's) records in its observed metric
 DEAD_COLUMNS = ("_hr_dead_raw", "_hr_dead_error", "_hr_dead_position")
+# what a source read strictly (``SourceContext.strict``) fails a batch with on a bad record, beside
+# Spark's own parse error in FAILFAST mode (``strict_read_failed``)
+STRICT_READ_FAILED = "headrace: a record a strict read cannot take"
+_FAILFAST_PARSE = "MALFORMED_RECORD_IN_PARSING"
+
 # 9999-12-31: raises the watermark past every real window at the end of a bounded input.
 FLUSH_TIME_MS = 253_402_214_400_000
 # A watermark past this (the year 5984) is the end of a bounded input: Spark holds a stream-stream
 # join's output watermark back by the join's bound in event time, so a step after it sees less.
 END_OF_INPUT_MS = FLUSH_TIME_MS // 2
 FLUSHED = "flushed"  # the offset key of a source whose flush row has been handed out
+
+
+def strict_read_failed(trace: str) -> bool:
+    """Whether a query failed (Spark's whole account in ``trace``) on a bad record of a source read strictly."""
+    return STRICT_READ_FAILED in trace or _FAILFAST_PARSE in trace
 
 
 def flush_rows(start: Any, end: Any) -> int:
@@ -118,6 +128,10 @@ class SourceContext:
     # the query counts the source's dead letters itself, as its input rows less its good rows
     # (``headrace/spark/step_counts.py``): the source keeps no observed metric for them
     dead_letters_counted: bool = False
+    # nothing reads the source's dead letters but their count: a source that ``reads_strictly``
+    # keeps none, and fails the batch on a bad record (``STRICT_READ_FAILED`` or Spark's
+    # FAILFAST parse error); the runner then reads the batch again with this off
+    strict: bool = False
 
     def options(self) -> dict[str, str]:
         return {"hr_run_dir": self.run_dir, "hr_source": self.source_name}
@@ -131,6 +145,7 @@ class SourceConnector:
     # its read_stream calls count_dead_letters itself, where that costs least (the compiler
     # otherwise counts the rows of its output with an _hr_dead_error)
     counts_dead_letters: bool = False
+    reads_strictly: bool = False  # can read with ``SourceContext.strict`` (see there)
     test_clock: bool = False  # processing time is the test kit's clock, moved by control rows
     other_control_rows: bool = False  # control rows besides the flush row (see the module's docstring)
     drains_on_stop: bool = True  # hands out no new data once the stop file exists (see the module's docstring)

@@ -170,6 +170,59 @@ def test_a_source_its_sinks_read_as_it_is_counts_its_dead_letters_without_an_obs
     assert (result.input_rows, result.dead_letters) == (len(lines), len(lines) - len(good))
 
 
+def _read_jsonl_folder(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in sorted(folder.rglob("*.json*")) if not path.name.startswith((".", "_"))
+            for line in path.read_text().splitlines() if line]
+
+
+@pytest.mark.parametrize("bad", [None, "not json", '{"n": "two", "ts": "2026-01-01T10:00:00Z"}',
+                                 '{"n": 9, "ts": "noon"}'])
+def test_a_source_read_strictly_reads_a_batch_with_a_bad_record_again_keeping_its_dead_letters(
+        spark: Any, tmp_path: Path, bad: str) -> None:
+    """Nothing reads the source's dead letters but their count: it is read strictly (no corrupt-record
+    column, no dead-letter test a row), until a bad line (not JSON, a wrong type, a timestamp that
+    converts to nothing) stops its batch; the run goes on from the checkpoint reading the source
+    keeping its dead letters, the batch runs again, and both sinks (one of them Files, exactly once)
+    hold what plain Python makes of the lines, once each."""
+    from headrace.spark.compiler import compile_plan
+
+    inbox, written = tmp_path / "in", tmp_path / "written"
+    inbox.mkdir()
+    files = [['{"n": 1, "ts": "2026-01-01T10:00:00Z"}', '{"n": 2, "ts": 1767261600000}'],
+             ['{"n": 3, "ts": "2026-01-01T10:00:01Z"}', *([bad] if bad else []),
+              '{"n": 4, "ts": "2026-01-01T10:00:02Z"}'],
+             ['{"n": 5, "ts": "2026-01-01T10:00:03Z"}']]
+    for age, lines in enumerate(files):
+        (inbox / f"{age}.jsonl").write_text("\n".join(lines) + "\n")
+        os.utime(inbox / f"{age}.jsonl", (1_700_000_000 + age, 1_700_000_000 + age))
+    p = hr.Pipeline("strict_read")
+    out = TestSink()
+    numbers = p.source("numbers", hr.sources.Files(inbox, schema="n long, ts timestamp", max_files_per_batch=1))
+    numbers.sink("out", out)
+    numbers.sink("written", hr.sinks.Files(str(written), format="jsonl"))
+
+    strict = compile_plan(p.plan, spark, str(tmp_path / "compiled"), str(tmp_path / "probe"))
+    assert strict.lowering.strict_sources == {"numbers"}
+    assert "_hr_corrupt" not in strict.sink_frames["out"]._jdf.queryExecution().analyzed().toString()
+    run = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start()
+    run.settle()
+    run.request_stop("test done")
+    result = run.wait(until_exhausted=False)
+
+    good = []
+    for line in (line for lines in files for line in lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record["n"], int) and (isinstance(record["ts"], int) or record["ts"].endswith("Z")):
+            good.append(record["n"])
+    assert sorted(r["n"] for r in out.rows()) == sorted(good)
+    assert sorted(r["n"] for r in _read_jsonl_folder(written)) == sorted(good)
+    assert run.lenient_sources == ({"numbers"} if bad else set()) and run.restarts == 0
+    assert (result.input_rows, result.dead_letters) == ((6, 1) if bad else (5, 0))
+
+
 def test_a_frame_that_reads_the_clock_is_not_optimized_ahead(spark: Any) -> None:
     """Spark's optimizer fixes current_timestamp() to the moment it runs: such a frame is left as it is."""
     from pyspark.sql import functions as F

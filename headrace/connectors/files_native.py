@@ -49,7 +49,14 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from headrace.connectors.base import count_dead_letters, mark_exhausted, record_count, write_atomically
-from headrace.contract import CONTROL_COLUMN, CONTROL_METRIC_PREFIX, DEAD_COLUMNS, FLUSH_TIME_MS, SourceContext
+from headrace.contract import (
+    CONTROL_COLUMN,
+    CONTROL_METRIC_PREFIX,
+    DEAD_COLUMNS,
+    FLUSH_TIME_MS,
+    STRICT_READ_FAILED,
+    SourceContext,
+)
 from headrace.environment.state_paths import is_remote, local_path
 from headrace.errors import SourceError
 from headrace.schema import Schema, arrow_schema, to_ddl
@@ -95,15 +102,22 @@ def _both(first: str, second: str) -> str:
     return os.path.join(_glob(parent), "{" + ",".join(map(_glob, relative)) + "}")
 
 
-def _read_schema(schema: Schema, parsed: bool, flush: bool) -> str:
+def _read_schema(schema: Schema, parsed: bool, flush: bool, corrupt: bool) -> str:
     """The schema Spark reads with: temporal columns of text files as text (converted afterwards),
     the control column of a bounded source's end file, the corrupt-record column."""
     columns = [(name, "string" if parsed and kind in TEMPORAL else kind) for name, kind in schema]
     if flush:
         columns.append((CONTROL_COLUMN, "long"))
-    if parsed:
+    if corrupt:
         columns.append((CORRUPT, "string"))
     return to_ddl(tuple(columns))
+
+
+def reads_strictly(format: str, fail_fast: bool) -> bool:
+    """Whether a source can be read strictly (``SourceContext.strict``): JSON lines, whose
+    parser checks the same fields in Spark's FAILFAST mode as in PERMISSIVE mode with the
+    corrupt-record column (the CSV parser checks every column only in the latter)."""
+    return format == "jsonl" and not fail_fast
 
 
 def _temporal(column: Any, kind: str) -> Any:
@@ -142,16 +156,20 @@ def read_stream(spark: Any, context: SourceContext, path: str, format: str, sche
 
     source = context.source_name
     parsed = format != "parquet"
+    strict = context.strict and reads_strictly(format, fail_fast)
     if context.checkpoint and not is_remote(context.checkpoint):
         forget_unplanned(_local(context.checkpoint))
     flush = bounded and context.control_read  # the end file's flush row, when a step reads it
     end = _prepare_end(context, path, flush) if bounded else ""
-    reader = spark.readStream.schema(_read_schema(schema, parsed, flush)).option("maxFileAge", KEEP_EVERY_FILE)
+    reader = (spark.readStream.schema(_read_schema(schema, parsed, flush, corrupt=parsed and not strict))
+              .option("maxFileAge", KEEP_EVERY_FILE))
     if bounded:
         reader = reader.option("pathGlobFilter", only_these([*_this_run(end)["files"], *[END_FILE[format]] * flush]))
     if max_files is not None:
         reader = reader.option("maxFilesPerTrigger", str(max_files))
-    if parsed:
+    if strict:
+        reader = reader.option("mode", "FAILFAST")
+    elif parsed:
         reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
     if format == "csv":
         reader = reader.option("header", str(csv_header).lower())
@@ -159,11 +177,33 @@ def read_stream(spark: Any, context: SourceContext, path: str, format: str, sche
     control = F.lit(None).cast("long")
     if flush:  # only the end file's row is a control row; Spark counts it as input, progress takes it off
         control = F.when(F.col(CONTROL_COLUMN).isNotNull() & (_file_name() == END_FILE[format]), F.col(CONTROL_COLUMN))
+    if strict:
+        return _read_strictly(frame, context, schema, control)
     if parsed:
         return _with_dead_letters(frame, context, path, format, schema, control, fail_fast, flush)
     if flush:
         frame = frame.observe(f"{CONTROL_METRIC_PREFIX}{source}", F.count(control).alias("control_rows"))
     return frame.select(*[F.col(f"`{n}`") for n, _ in schema], control.alias(CONTROL_COLUMN))
+
+
+def _read_strictly(frame: Any, context: SourceContext, schema: Schema, control: Any) -> Any:
+    """The data columns, their timestamps converted, and the control column: a line that is not
+    a record of the schema stops the batch in Spark's parser (FAILFAST), and a timestamp or date
+    that converts to nothing stops it with ``STRICT_READ_FAILED``. (A source read strictly has
+    no step that reads its control rows: it has no flush row to count.)"""
+    from pyspark.sql import functions as F
+
+    columns = []
+    for name, kind in schema:
+        column = F.col(f"`{name}`")
+        if kind in TEMPORAL:
+            converted = _temporal(column, kind)
+            if context.fields_read is None or name in context.fields_read:  # only those read are checked
+                failed = F.raise_error(F.lit(f"{STRICT_READ_FAILED} (source {context.source_name!r}, field {name!r})"))
+                converted = F.coalesce(converted, F.when(column.isNotNull(), failed.cast(kind)))
+            column = converted
+        columns.append(column.alias(name))
+    return frame.select(*columns, control.alias(CONTROL_COLUMN))
 
 
 def _with_dead_letters(frame: Any, context: SourceContext, path: str, format: str, schema: Schema, control: Any,
@@ -238,9 +278,11 @@ def _prepare_end(context: SourceContext, path: str, flush: bool) -> str:
                           f"(the state dir is {context.checkpoint or 'unknown'}); use reader='python'")
     end = _end_folder(context)
     os.makedirs(end, exist_ok=True)
-    # an input that ended in an earlier run from this checkpoint stays ended: nothing more is read
-    ended = os.path.exists(os.path.join(end, ENDED)) and files_taken(_local(context.checkpoint))
-    files = [] if ended else list_files(path)
+    # An input that ended in an earlier run from this checkpoint stays ended: nothing more is read
+    # but the files Spark took already (the filter applies to a batch it runs again, too: the
+    # last, when the run before stopped during it).
+    taken = files_taken(_local(context.checkpoint)) if os.path.exists(os.path.join(end, ENDED)) else set()
+    files = [name for name in list_files(path) if not taken or os.path.join(path, name) in taken]
     write_atomically(os.path.join(end, RUN_FILE), json.dumps({"files": files, "flush": flush}).encode())
     return end
 

@@ -137,6 +137,10 @@ class FileSource(SourceConnector):
         return self.format != "parquet"
 
     @property
+    def reads_strictly(self) -> bool:  # type: ignore[override]
+        return self.reader == "spark" and files_native.reads_strictly(self.format, self.fail_fast)
+
+    @property
     def counts_dead_letters(self) -> bool:  # type: ignore[override]
         return self.reader == "spark"  # files_native.read_stream counts them on the scan's rows
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace import config
-from headrace.contract import SourceContext
+from headrace.contract import SourceContext, strict_read_failed
 from headrace.environment import checkpoints, end_of_time, storage
 from headrace.environment.admission import ADMISSION_FILE, AdmissionControl
 from headrace.environment.checkpoints import pipeline_root, query_id, read_query_id
@@ -34,7 +34,7 @@ from headrace.errors import HeadraceError, PlanError
 from headrace.plan.nodes import ScoreNode
 from headrace.runtime import events
 from headrace.runtime.compatibility import record_plan, verify_restart
-from headrace.runtime.failures import classify
+from headrace.runtime.failures import classify, spark_trace
 from headrace.runtime.progress import BatchLog, ProgressDisplay, summarise
 from headrace.runtime.restarts import RestartPolicy
 from headrace.runtime.signals import stop_on_signals
@@ -104,6 +104,7 @@ class PipelineRun:
         self.stop_reason = ""
         self.started_at = 0.0
         self.restarts = 0
+        self.lenient_sources: frozenset[str] = frozenset()  # met a bad record while read strictly (_read_leniently)
         sources = [source.name for source in self.plan.sources()]
         self.batches = BatchLog(sources, same_count_as_input(self.plan), same_count_as_output(self.plan))
         self._execution_store: ExecutionStore | None = None  # where Spark keeps marked counts (marked_counts.py)
@@ -207,7 +208,8 @@ class PipelineRun:
         run then: there is nothing to drain)."""
         try:
             if not self._stop_asked:
-                self.compiled = compile_plan(self.plan, self._spark, self.run_dir, self.checkpoint)
+                self.compiled = compile_plan(self.plan, self._spark, self.run_dir, self.checkpoint,
+                                             self.lenient_sources)
             if not self._stop_asked:
                 record_plan(self.plan, self.root, trigger_interval(self.plan, self.trigger_interval))
                 self.query = start_query(self.plan, self.compiled, self.checkpoint, self.run_dir,
@@ -407,6 +409,8 @@ class PipelineRun:
         """Restart the failed query after its backoff, or raise its failure as one headrace error.
         A restart that fails to start for a reason worth a restart (a sink's server still out of
         reach) counts as one more failure under the same policy."""
+        if self._read_leniently(exc, java):
+            return
         failure = classify(self.plan, exc, java)
         self._collect()
         while True:
@@ -423,6 +427,21 @@ class PipelineRun:
                 return self._start_query()
             except HeadraceError as error:
                 failure = classify(self.plan, error)
+
+    def _read_leniently(self, exc: BaseException, java: Any) -> bool:
+        """After a bad record stopped a batch of sources read strictly (``SourceContext.strict``):
+        start the query again at once from its checkpoint, those sources read keeping their dead
+        letters for the rest of the run, so that the batch runs again and sends the record to
+        them. Not a restart under the policy: nothing failed but the guess that no record is bad."""
+        strict = frozenset(self.compiled.lowering.strict_sources) - self.lenient_sources if self.compiled else set()
+        if not strict or self.stopping or not strict_read_failed(spark_trace(exc, java)):
+            return False
+        self._collect()
+        self.lenient_sources |= strict
+        for source in strict:  # a bounded source that took its last files ends again once the batch has run
+            (Path(self.run_dir) / "exhausted" / source).unlink(missing_ok=True)
+        self._start_query()
+        return True
 
     def _pause(self, seconds: float) -> bool:
         """Sleep ``seconds`` unless a stop is asked meanwhile; True when none was."""

@@ -30,6 +30,8 @@ class Compilation(Protocol):
     probe_fields: bool  # a probe: sources mark their checked fields' conversions (headrace/spark/fields_read.py)
     chains: dict[str, list[str]]  # the fused Python chains, by their last step
     scans: Counter[str]  # how many times the query scans each source
+    lenient_sources: frozenset[str]  # sources not read strictly (SourceContext.strict): one met a bad record
+    strict_sources: set[str]  # the sources read strictly, as they are lowered
     raw_sources: dict[str, DataFrame]
     observed_sources: dict[str, DataFrame]
     raw_outputs: dict[str, DataFrame]

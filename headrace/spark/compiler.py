@@ -51,8 +51,12 @@ class Lowering(WatermarkPlacement):
 
     def __init__(self, plan: Plan, spark: SparkSession, run_dir: str, query_checkpoint: str = "",
                  fields_read: dict[str, frozenset[str]] | None = None, probe_fields: bool = False,
-                 count_steps: bool = False, marks: dict[int, MarkedStep] | None = None) -> None:
+                 count_steps: bool = False, marks: dict[int, MarkedStep] | None = None,
+                 lenient_sources: frozenset[str] = frozenset()) -> None:
         super().__init__(plan)
+        # the sources a strict read (SourceContext.strict) may not take: they met a bad record this run
+        self.lenient_sources = lenient_sources
+        self.strict_sources: set[str] = set()
         self.count_steps = count_steps  # the streaming query's lowering: each step's records are counted
         # the steps counted by a marker, by plan position: the query's, and those a micro-batch's
         # lowering adds (inside foreachBatch, the steps below the query's root; given the query's)
@@ -219,15 +223,18 @@ def source_scans(plan: Plan) -> Counter[str]:
     return total
 
 
-def compile_plan(plan: Plan, spark: SparkSession, run_dir: str, checkpoint: str = "") -> Compiled:
-    """The plan's Spark query, to run from ``checkpoint``. The plan has passed ``check_plan`` (the
-    runner checks it first)."""
+def compile_plan(plan: Plan, spark: SparkSession, run_dir: str, checkpoint: str = "",
+                 lenient_sources: frozenset[str] = frozenset()) -> Compiled:
+    """The plan's Spark query, to run from ``checkpoint``, its ``lenient_sources`` not read
+    strictly (``SourceContext.strict``). The plan has passed ``check_plan`` (the runner checks it
+    first)."""
     register_functions(plan, spark)
     fields_read = None
     if sources_with_checked_fields(plan):  # a probe first: which of those fields the query reads
         probe = _compile(Lowering(plan, spark, run_dir, checkpoint, probe_fields=True))
         fields_read = checked_fields_read(plan, spark, probe.frames())
-    return _compile(Lowering(plan, spark, run_dir, checkpoint, fields_read, count_steps=True))
+    return _compile(Lowering(plan, spark, run_dir, checkpoint, fields_read, count_steps=True,
+                             lenient_sources=lenient_sources))
 
 
 def _compile(lowering: Lowering) -> Compiled:

@@ -75,8 +75,11 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
     good rows from the dead letters in each micro-batch) in the compilation."""
     count_records = len(lowering.plan.sources()) > 1  # one source's records are the query's input rows
     by_good_rows = lowering.dead_letters_by_good_rows(node)
+    # nothing reads its dead letters but their count: read strictly until a bad record comes
+    strict = by_good_rows and node.connector.reads_strictly and node.name not in lowering.lenient_sources
     context = SourceContext(lowering.run_dir, node.name, lowering.query_checkpoint, lowering.needs_control(node.name),
-                            lowering.fields_read.get(node.name), lowering.probe_fields, count_records, by_good_rows)
+                            lowering.fields_read.get(node.name), lowering.probe_fields, count_records, by_good_rows,
+                            strict)
     os.makedirs(lowering.run_dir, exist_ok=True)
     node.connector.prepare(context)
     raw = node.connector.read_stream(lowering.spark, context)
@@ -93,6 +96,9 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
                          *([record_count(control)] if records_here else []))
     elif records_here:
         df = raw.observe(f"{STEP_METRIC_PREFIX}{node.name}", record_count(control))
+    if strict:  # no dead letters, and its good rows are all its rows
+        lowering.strict_sources.add(node.name)
+        return optimized_once(good_rows(node, df, lowering, dead_letters=False))
     if node.connector.emits_dead_letters:
         lowering.raw_sources[node.name] = raw
         if not node.connector.counts_dead_letters and not by_good_rows:  # (one that does counted its records too)
@@ -105,10 +111,10 @@ def lower_source(node: SourceNode, lowering: Compilation) -> DataFrame:
     return lowering.mark_good_rows(good if lowering.probe_fields else optimized_once(good), node.name)
 
 
-def good_rows(node: SourceNode, df: DataFrame, lowering: Compilation) -> DataFrame:
-    """The rows of a source's (observed) output that go on: not dead letters, and no control
-    rows unless an event-time step needs them."""
-    if node.connector.emits_dead_letters:
+def good_rows(node: SourceNode, df: DataFrame, lowering: Compilation, dead_letters: bool = True) -> DataFrame:
+    """The rows of a source's (observed) output that go on: not dead letters (when it has them),
+    and no control rows unless an event-time step needs them."""
+    if dead_letters and node.connector.emits_dead_letters:
         df = df.filter(F.col(DEAD_COLUMNS[1]).isNull()).drop(*DEAD_COLUMNS)
     if not lowering.needs_control(node.name):
         df = df.filter(F.col(CONTROL_COLUMN).isNull()).drop(CONTROL_COLUMN)
