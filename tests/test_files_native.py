@@ -178,12 +178,12 @@ def _read_jsonl_folder(folder: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("bad", [None, "not json", '{"n": "two", "ts": "2026-01-01T10:00:00Z"}',
                                  '{"n": 9, "ts": "noon"}'])
 def test_a_source_read_strictly_reads_a_batch_with_a_bad_record_again_keeping_its_dead_letters(
-        spark: Any, tmp_path: Path, bad: str) -> None:
+        spark: Any, tmp_path: Path, bad: str | None) -> None:
     """Nothing reads the source's dead letters but their count: it is read strictly (no corrupt-record
-    column, no dead-letter test a row), until a bad line (not JSON, a wrong type, a timestamp that
-    converts to nothing) stops its batch; the run goes on from the checkpoint reading the source
-    keeping its dead letters, the batch runs again, and both sinks (one of them Files, exactly once)
-    hold what plain Python makes of the lines, once each."""
+    column, no dead-letter test a row), and stays so while every line is good, until a bad line (not
+    JSON, a wrong type, a timestamp that converts to nothing) stops its batch; the run goes on from the
+    checkpoint reading the source keeping its dead letters, the batch runs again, and both sinks (one
+    of them Files, exactly once) hold what plain Python makes of the lines, once each."""
     from headrace.spark.compiler import compile_plan
 
     inbox, written = tmp_path / "in", tmp_path / "written"

@@ -161,7 +161,7 @@ def read_stream(spark: Any, context: SourceContext, path: str, format: str, sche
 
     source = context.source_name
     parsed = format != "parquet"
-    strict = context.strict and reads_strictly(format, fail_fast)
+    strict = context.strict  # only where reads_strictly holds (FileSource.reads_strictly)
     if context.checkpoint and not is_remote(context.checkpoint):
         forget_unplanned(_local(context.checkpoint))
     flush = bounded and context.control_read  # the end file's flush row, when a step reads it

@@ -433,7 +433,7 @@ class PipelineRun:
         start the query again at once from its checkpoint, those sources read keeping their dead
         letters for the rest of the run, so that the batch runs again and sends the record to
         them. Not a restart under the policy: nothing failed but the guess that no record is bad."""
-        strict = frozenset(self.compiled.lowering.strict_sources) - self.lenient_sources if self.compiled else set()
+        strict = set(self.compiled.lowering.strict_sources if self.compiled else ()) - self.lenient_sources
         if not strict or self.stopping or not strict_read_failed(spark_trace(exc, java)):
             return False
         self._collect()
