@@ -172,3 +172,35 @@ def test_a_source_read_once_counts_its_dead_letters_by_its_good_rows_marker(spar
     assert [f["step_records"] for f in run.batches.figures if f["input_rows"]] == [model(r) for r in parts()]
     assert [f["dead_letters"] for f in run.batches.figures if f["input_rows"]] == [1, 1, 1]
     assert result.dead_letters == 3 and not any(name.startswith("hr_dead_letters") for name in observed_metrics(run))
+
+
+def test_an_sql_step_that_only_projects_is_counted_as_its_input_with_no_marker(spark, tmp_path):
+    """An SQL step that only projects its one stream gives a row per record: it is counted as its
+    input, with no marker cutting its generated code; an SQL step with a WHERE after it is marked.
+    Two sinks, a bad line in each file; every count against plain Python's."""
+    from headrace.spark.compiler import compile_plan
+    from headrace.spark.marked_counts import marker
+
+    write_parts(tmp_path / "in")
+    p = hr.Pipeline("projected")
+    p.source("src", hr.sources.Files(str(tmp_path / "in"), schema=SCHEMA, bounded=True, max_files_per_batch=1))
+    p.sql("SELECT k, v * 2 AS doubled, upper(concat('k', k)) AS label FROM src", name="projected")
+    some = p.sql("SELECT k, doubled FROM projected WHERE doubled % 3 <> 0", name="some")
+    out = TestSink()
+    some.sink("out", out)
+    some.sink("null", hr.sinks.Null())
+    positions = list(p.plan.nodes)
+    compiled = compile_plan(p.plan, spark, str(tmp_path / "compiled"), str(tmp_path / "probe"))
+    explained = compiled.sink_frames["out"]._jdf.queryExecution().analyzed().toString()
+    assert f"-{marker(positions.index('some'))}" in explained
+    assert f"-{marker(positions.index('projected'))}" not in explained
+    run = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start()
+    result = run.wait()
+
+    def model(records: list[dict[str, int]]) -> dict[str, int]:
+        return {"src": len(records) + 1, "projected": len(records),
+                "some": sum(1 for r in records if r["v"] * 2 % 3 != 0)}
+    assert [f["step_records"] for f in run.batches.figures if f["input_rows"]] == [model(r) for r in parts()]
+    assert sorted((r["k"], r["doubled"]) for r in out.rows()) == sorted(
+        (r["k"], r["v"] * 2) for records in parts() for r in records if r["v"] * 2 % 3 != 0)
+    assert result.dead_letters == 3

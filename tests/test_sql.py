@@ -61,6 +61,25 @@ def test_the_query_decides_how_the_step_runs():
     assert [s.output_mode(n.node) for s, n in zip(specs, (windowed, stateless, grouped))] == ["append", None, "update"]
 
 
+@pytest.mark.parametrize(("query", "each_record"), [
+    ("SELECT user, upper(url) AS url, date_format(ts, 'HH:mm') AS hm FROM clicks", True),
+    ("SELECT * FROM clicks c", True),
+    ("SELECT user FROM clicks WHERE url <> ''", False),
+    ("SELECT c.user, u.country FROM clicks c JOIN users u ON c.user = u.user", False),
+    ("SELECT explode(split(url, '/')) AS part FROM clicks", False),
+    ("SELECT part FROM clicks LATERAL VIEW explode(split(url, '/')) t AS part", False),
+    ("SELECT user FROM (SELECT user FROM clicks)", False),
+    ("SELECT user, (SELECT max(country) FROM users) AS c FROM clicks", False),
+    ("SELECT user FROM clicks TABLESAMPLE (10 PERCENT)", False),
+])
+def test_a_query_that_only_projects_its_stream_gives_a_row_per_record(query, each_record):
+    """Only a projection of one stream is counted as its input (``headrace/spark/step_counts.py``):
+    a filter, a join, a generator, a nested query or a sample can change the number of rows."""
+    p = clicks_pipeline("projections")
+    p.table("users", [{"user": "u1", "country": "fr"}])
+    assert p.sql(query).node.each_record is each_record
+
+
 def test_a_syntax_error_names_the_step_its_line_and_the_query_line_and_column():
     p = clicks_pipeline("syntax")
     line = next_line() + 1

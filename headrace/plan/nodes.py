@@ -419,6 +419,7 @@ class SqlNode(Node):
     query: str = ""
     shape: str = "stateless"
     reads: tuple[tuple[str, str], ...] = ()  # (a name in the query, the input it reads)
+    each_record: bool = False  # a projection of one stream: a row for each of its records
 
     def params(self) -> dict[str, Any]:
         return {"query": self.query, "shape": self.shape, "reads": dict(self.reads)}

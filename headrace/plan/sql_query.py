@@ -4,7 +4,8 @@
 sources, steps and tables), refuses what a streaming query cannot do, and tells what the
 query is, which decides how the step runs:
 
-* ``stateless``: projections, filters, joins with tables; runs the same on one micro-batch;
+* ``stateless``: projections, filters, joins with tables; runs the same on one micro-batch. A
+  query that only projects its one stream (:func:`projects_each_record`) gives a row per record;
 * ``windowed aggregate``: a GROUP BY with Spark's ``window()`` or ``session_window()`` on
   the stream's event time; stateful, append mode (a window is emitted once, when the
   watermark passes its end);
@@ -445,7 +446,33 @@ def sql_node(plan: Plan, step: str, where: str, query: Any) -> SqlNode:
         time = group_time(tree, sides)
         event_time = time.name if time is not None and keeps_column(tree, time.name, {time.table}) else None
     inputs = tuple(dict.fromkeys(read.values()))
-    return SqlNode(step, inputs, where, None, event_time, query=query, shape=shape, reads=tuple(read.items()))
+    return SqlNode(step, inputs, where, None, event_time, query=query, shape=shape, reads=tuple(read.items()),
+                   each_record=shape == STATELESS and projects_each_record(tree, refs))
+
+
+# What a SELECT may hold and still give one row per record of its stream, and a FROM's table.
+_PROJECTION_PARTS = frozenset({"expressions", "from_", "hint"})
+_PLAIN_TABLE_PARTS = frozenset({"this", "db", "catalog", "alias"})
+# Spark's generators, which give several rows (or none) per row, by the names sqlglot leaves unparsed.
+_GENERATORS = frozenset({"explode", "explode_outer", "posexplode", "posexplode_outer", "inline", "inline_outer",
+                         "stack", "json_tuple", "variant_explode", "variant_explode_outer"})
+
+
+def projects_each_record(tree: exp.Expr, refs: list[Reference]) -> bool:
+    """Whether the query gives one row for each record of the one stream it reads: a SELECT of
+    expressions over that stream alone, with nothing that drops, adds or combines rows (WHERE, a
+    join, GROUP BY, an aggregate, DISTINCT, a generator, a nested query, a sample)."""
+    if not isinstance(tree, exp.Select) or len(refs) != 1:
+        return False
+    if any(value for part, value in tree.args.items() if part not in _PROJECTION_PARTS):
+        return False
+    source = tree.args["from_"].this
+    if not isinstance(source, exp.Table) or any(v for k, v in source.args.items() if k not in _PLAIN_TABLE_PARTS):
+        return False
+    if any(select is not tree for select in tree.find_all(exp.Select)) or _aggregates(tree):
+        return False
+    return not any(isinstance(n, (exp.UDTF, exp.Window)) or isinstance(n, exp.Anonymous)
+                   and n.name.lower() in _GENERATORS for n in tree.walk())
 
 
 def _resolve(plan: Plan, name: str) -> str:

@@ -18,17 +18,18 @@
   rows less a marker's count of its good rows (below), with no observed metric on its rows.
 * A step that hands on its input's records one for one: its input's count (``same_count_as_input``).
 
-* The other stateless steps (a filter, a flat map, a join with a table, a union, an SQL step, a
-  fused Python stage that changes the number of records), in the query or lowered per
-  micro-batch inside ``foreachBatch`` below the query's root, are counted from Spark's own SQL
-  metrics: each is *marked* by a filter that keeps every row (``spark_partition_id() >
-  -<mark>``, which Catalyst neither merges with another filter nor pushes down, being
-  non-deterministic) and stays in the generated code, and the marker's "number of output rows"
-  is the step's output, read after the batch (``headrace/spark/marked_counts.py``). A marked
-  step whose rows carry control rows has them taken off: those of every source, times the paths
-  by which each reaches the step, when all of the pipeline's sources reach it by as many paths
-  (otherwise it is not counted). A step inside a fused Python stage has its count from the
-  stage's next step when that one hands on its records one for one (``same_count_as_output``).
+* The other stateless steps (a filter, a flat map, a join with a table, a union, an SQL step that
+  does more than project its one stream, a fused Python stage that changes the number of records),
+  in the query or lowered per micro-batch inside ``foreachBatch`` below the query's root, are
+  counted from Spark's own SQL metrics: each is *marked* by a filter that keeps every row
+  (``spark_partition_id() > -<mark>``, which Catalyst neither merges with another filter nor
+  pushes down, being non-deterministic) and stays in the generated code, and the marker's "number
+  of output rows" is the step's output, read after the batch
+  (``headrace/spark/marked_counts.py``). A marked step whose rows carry control rows has them
+  taken off: those of every source, times the paths by which each reaches the step, when all of
+  the pipeline's sources reach it by as many paths (otherwise it is not counted). A step inside a
+  fused Python stage has its count from the stage's next step when that one hands on its records
+  one for one (``same_count_as_output``).
 
 Control rows (watermark moves, the end-of-input flush) are not records and are not counted. Not
 counted: static tables, sinks (a sink's records are its input's), a Python filter or flat map
@@ -56,6 +57,7 @@ from headrace.plan.nodes import (
     PythonStep,
     SinkNode,
     SourceNode,
+    SqlNode,
     TableNode,
 )
 from headrace.spark.marked_counts import marker
@@ -73,7 +75,8 @@ def one_for_one(node: Node) -> bool:
     """Whether ``node`` hands on its input's records one for one (see ``same_count_as_input``)."""
     return (isinstance(node, (EventTimeNode, KeyByNode))
             or isinstance(node, NativeStep) and node.mode in ("select", "with_columns")
-            or isinstance(node, PythonStep) and node.mode in ("map", "key"))
+            or isinstance(node, PythonStep) and node.mode in ("map", "key")
+            or isinstance(node, SqlNode) and node.each_record)
 
 
 def marked(plan: Plan, node: Node, in_query: bool = True) -> bool:
@@ -123,11 +126,11 @@ def count_records(df: DataFrame, node: Node) -> DataFrame:
 
 def same_count_as_input(plan: Plan) -> list[tuple[str, str]]:
     """(step, its input) for each step whose records are its input's, one for one: a projection
-    (``select``, ``with_columns``), a Python ``map`` or key function (a function that raises stops
-    the run), a ``key_by`` and the event time's declaration (late records are dropped by the
-    stateful step after it). In the plan's order, so that a chain of them follows from its first
-    input; a source's output is its records less its dead letters. A step the query counts keeps
-    its own count (``headrace/runtime/progress.py``)."""
+    (``select``, ``with_columns``, an SQL step that only projects), a Python ``map`` or key function
+    (a function that raises stops the run), a ``key_by`` and the event time's declaration (late
+    records are dropped by the stateful step after it). In the plan's order, so that a chain of
+    them follows from its first input; a source's output is its records less its dead letters. A
+    step the query counts keeps its own count (``headrace/runtime/progress.py``)."""
     return [(node.name, node.inputs[0]) for node in plan.nodes.values()
             if one_for_one(node) and len(node.inputs) == 1]
 
