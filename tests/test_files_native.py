@@ -223,6 +223,51 @@ def test_a_source_read_strictly_reads_a_batch_with_a_bad_record_again_keeping_it
     assert (result.input_rows, result.dead_letters) == ((6, 1) if bad else (5, 0))
 
 
+def test_a_strictly_read_source_killed_after_one_sink_took_its_re_read_batch_is_exact_after_a_restart(
+        tmp_path: Path) -> None:
+    """SIGKILL of the driver's process group once the first of two Files sinks has committed the
+    batch read again for its bad line, before the second sink and Spark's commit log: the restarted
+    run reads strictly again, meets the bad line again in that batch, reads it keeping its dead
+    letters, and each sink holds each good line once, as plain Python reads the files."""
+    from driver_process import KilledRun
+    from input_files import write_in_order
+
+    from headrace.connectors.files_sink import read_rows
+
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    files = [[json.dumps({"n": n, "ts": f"2026-01-01T10:00:0{n}Z"}) for n in numbers]
+             for numbers in ((1, 2), (3, 4), (5,))]
+    files[1].insert(1, "not json")
+    for number, lines in enumerate(files):
+        write_in_order(inbox / f"{number}.jsonl", "\n".join(lines) + "\n", number)
+    pause_file, state = tmp_path / "paused", tmp_path / "state"
+    args = {"name": "strict_killed", "state_dir": str(state), "input": str(inbox), "first": str(tmp_path / "first"),
+            "second": str(tmp_path / "second"), "pause_file": str(pause_file), "pause_at": 1,
+            "out": str(tmp_path / "second")}
+    run = KilledRun(Path(__file__).parent / "strict_read_driver.py", args, tmp_path / "driver.log")
+
+    run.kill_when("the first sink paused after committing batch 1", pause_file.exists)
+    assert run.committed() == 1 and not read_rows(args["second"], "jsonl")[2:]  # the second has batch 0 only
+    spark_log = state / "spark.log"
+    before_restart = spark_log.stat().st_size
+    exhausted = state / args["name"] / "run" / "exhausted" / "numbers"
+    run.restart_until("every file read and its batch committed",
+                      lambda: exhausted.exists() and run.committed() >= run.planned())
+
+    good = []
+    for line in (line for lines in files for line in lines):
+        try:
+            good.append(json.loads(line)["n"])
+        except ValueError:
+            continue
+    for sink in ("first", "second"):
+        assert sorted((r["n"], r["tens"]) for r in read_rows(args[sink], "jsonl")) == [(n, n * 10) for n in good]
+    with spark_log.open(errors="replace") as log:  # the restarted run read strictly, and met the bad line
+        log.seek(before_restart)
+        assert "MALFORMED_RECORD_IN_PARSING" in log.read()
+
+
 def test_a_frame_that_reads_the_clock_is_not_optimized_ahead(spark: Any) -> None:
     """Spark's optimizer fixes current_timestamp() to the moment it runs: such a frame is left as it is."""
     from pyspark.sql import functions as F
