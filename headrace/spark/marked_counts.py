@@ -34,7 +34,8 @@ KEEP = 1000  # batches whose report never came (a query stopped meanwhile) are f
 ROWS_METRIC = "numOutputRows"
 DESCRIBED_FIELDS = 25  # how many fields a node's one-line description shows (a marker's condition is one)
 ROWS_METRIC_NAME = "number of output rows"  # the same metric, as Spark's store of executions names it
-EXECUTION_WAIT_S = 2.0  # how long a report waits for Spark's store to finish the batch's execution
+EXECUTION_WAIT_S = 10.0  # how long a report waits for Spark's store to list and finish the batch's executions
+# (on the run's thread, while Spark runs the next batch: a loaded machine's listener bus can lag seconds)
 _MARKER = re.compile(r"Filter \(SPARK_PARTITION_ID\(\) > -(\d{10})\)")
 _lock = threading.Lock()
 _counts: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
