@@ -459,9 +459,10 @@ _GENERATORS = frozenset({"explode", "explode_outer", "posexplode", "posexplode_o
 
 
 def projects_each_record(tree: exp.Expr, refs: list[Reference]) -> bool:
-    """Whether the query gives one row for each record of the one stream it reads: a SELECT of
-    expressions over that stream alone, with nothing that drops, adds or combines rows (WHERE, a
-    join, GROUP BY, an aggregate, DISTINCT, a generator, a nested query, a sample)."""
+    """Whether a ``stateless`` query (no aggregate, no OVER: ``shape_of``) gives one row for each
+    record of the one stream it reads: a SELECT of expressions over that stream alone, with nothing
+    that drops, adds or combines rows (WHERE, a join, DISTINCT, a generator, a nested query, a
+    sample)."""
     if not isinstance(tree, exp.Select) or len(refs) != 1:
         return False
     if any(value for part, value in tree.args.items() if part not in _PROJECTION_PARTS):
@@ -469,10 +470,8 @@ def projects_each_record(tree: exp.Expr, refs: list[Reference]) -> bool:
     source = tree.args["from_"].this
     if not isinstance(source, exp.Table) or any(v for k, v in source.args.items() if k not in _PLAIN_TABLE_PARTS):
         return False
-    if any(select is not tree for select in tree.find_all(exp.Select)) or _aggregates(tree):
-        return False
-    return not any(isinstance(n, (exp.UDTF, exp.Window)) or isinstance(n, exp.Anonymous)
-                   and n.name.lower() in _GENERATORS for n in tree.walk())
+    return not any(isinstance(n, exp.UDTF) or isinstance(n, exp.Select) and n is not tree
+                   or isinstance(n, exp.Anonymous) and n.name.lower() in _GENERATORS for n in tree.walk())
 
 
 def _resolve(plan: Plan, name: str) -> str:
