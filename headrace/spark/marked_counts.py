@@ -152,17 +152,17 @@ class ExecutionStore:
         self._next_id = 0  # executions below it have been looked at
         self._where: dict[int, tuple[int, list[tuple[int, int]]]] = {}  # see _markers_of
 
-    def _executions_of(self, batch: int) -> list[int]:
+    def _executions_of(self, batch: int, wait: bool = True) -> list[int]:
         """The ids of the batch's executions (their description names the query and the batch: a
-        batch's execution, and those it runs inside it), among those Spark started since the ones
-        last found, waiting up to ``EXECUTION_WAIT_S`` for Spark's store to list them."""
+        batch's execution, and those it runs inside it) among those Spark started since the ones
+        last taken, waiting (``wait``) up to ``EXECUTION_WAIT_S`` for Spark's store to list one."""
         suffix = f"batch = {batch}"
         deadline = time.monotonic() + EXECUTION_WAIT_S
         while True:
             count = int(self._store.executionsCount())
+            found = []
             if count:
                 oldest, newest = (self._id_at(0), self._id_at(count - 1))
-                found = []
                 for execution_id in range(max(self._next_id, oldest), newest + 1):
                     option = self._store.execution(execution_id)
                     if option.isEmpty():
@@ -170,11 +170,8 @@ class ExecutionStore:
                     description = option.get().description() or ""
                     if self._query in description and description.endswith(suffix):
                         found.append(execution_id)
-                if found:
-                    self._next_id = found[-1] + 1
-                    return found
-            if time.monotonic() > deadline:
-                return []
+            if found or not wait or time.monotonic() > deadline:
+                return found
             time.sleep(0.01)
 
     def _id_at(self, index: int) -> int:
@@ -191,11 +188,27 @@ class ExecutionStore:
             time.sleep(0.01)
         return True
 
+    def _finished_executions_of(self, batch: int) -> list[int]:
+        """All of the batch's executions, once Spark's store has finished them; none when one does
+        not finish in time. The store may list the batch's first execution before those it runs
+        inside it (the batch's report and the store's listener are on queues of their own), but
+        lists them all before it finishes the first: so once those found have finished, it looks
+        again, until no more come."""
+        executions: list[int] = []
+        found = self._executions_of(batch)
+        while found:
+            if not all(self._finished(execution_id) for execution_id in found):
+                return []
+            executions += found
+            self._next_id = found[-1] + 1
+            found = self._executions_of(batch, wait=False)
+        return executions
+
     def read(self, query_name: str, batch: int) -> None:
         """Record the markers' rows of ``batch`` from its executions, once Spark's store has
         finished them: the largest value of each marker (an execution that ran none has none)."""
-        executions = self._executions_of(batch)
-        if not executions or not all(self._finished(execution_id) for execution_id in executions):
+        executions = self._finished_executions_of(batch)
+        if not executions:
             return
         counts: dict[int, int] = {}
         for ordinal, execution_id in enumerate(executions):
