@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -337,7 +338,7 @@ def test_queryable_views_answer_as_counted_in_python_through_the_cli_the_api_and
             (lambda: client.query(name, "totals", "zebra"),
              f"(404): view 'totals' has no key 'zebra' as of batch {final['batch_id']}"),
             (lambda: client.query(name, "nope"), "(404): pipeline 'queryable_word_counts' has no view 'nope' (its "
-                                                 "views: per_second, totals;"),
+                                                 "views: per_second, totals)"),
             (lambda: client.query(name, "totals", limit=0), "(400): limit must be a whole number from 1 to 1000"),
             (lambda: client.query("other", "totals"), "(404): no pipeline 'other'"),
         ]
@@ -500,3 +501,162 @@ def test_a_standby_started_with_the_fetched_jars_takes_a_pipeline_that_needs_the
     assert _needs_cold_start({"file": str(tmp_path / "to_kafka.py")}, launched)
     assert _needs_cold_start(job, {})
 
+
+
+# -- the API in this process, over state dirs written here (no driver, no JVM) ------------------------
+
+def local_server(tmp_path: Path) -> Any:
+    from local_server import Server as LocalServer
+
+    return LocalServer(tmp_path)
+
+
+def raw_request(url: str, request: bytes) -> bytes:
+    """Send ``request`` as it is on a connection of its own; what the server answers before it closes."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+        return answer
+
+
+def views_pipeline(local: Any, tmp_path: Path) -> Path:
+    """``orders``, whose recorded plan declares the view ``totals``; its root."""
+    import headrace as hr
+    from headrace.runtime.compatibility import record_plan
+
+    root = local.pipeline("orders", tmp_path / "state")
+    (root / "checkpoint").mkdir(parents=True)
+    p = hr.Pipeline("orders")
+    words = p.source("words", hr.sources.Files(str(tmp_path), schema="word string"))
+    words.key_by("word").count(name="count").queryable("totals")
+    record_plan(p.plan, str(root))
+    return root
+
+
+def apply_a_batch(root: Path) -> None:
+    """Batch 1 of the view ``totals`` in the store of the pipeline at ``root``: the word a, twice."""
+    from headrace.connectors.view_store import ViewWriter, store_path
+    from headrace.environment.checkpoints import run_dir
+
+    store = store_path(run_dir(str(root), root.name, ""))
+    os.makedirs(os.path.dirname(store), exist_ok=True)
+    ViewWriter(store).apply("totals", ("word",), 1, None, [("a", json.dumps({"word": "a", "count": 2}))])
+
+
+@pytest.mark.fast
+def test_an_unknown_view_is_a_404_at_once_for_a_lookup_a_wait_and_a_feed(tmp_path: Path):
+    """A view the pipeline neither holds nor declares: 404 naming it and the views there are, for a
+    lookup, a wait for a batch (at once, not after the wait) and a feed of changes; a declared view
+    with no batch yet is waited for, and its feed gives its batch once there is one."""
+    local = local_server(tmp_path)
+    try:
+        root = views_pipeline(local, tmp_path)
+        base = "/api/pipelines/orders"
+        refused = "pipeline 'orders' has no view 'nope' (its views: totals)"
+        for path in (f"{base}/state/nope/a", f"{base}/state/nope?min_batch=3&timeout=60",
+                     f"{base}/state/nope/a?min_batch=3&timeout=60", f"{base}/changes/nope?after=0"):
+            assert local.get(path) == (404, {"error": refused}), path
+        status, body = local.get(f"{base}/state/totals/a?min_batch=0&timeout=0.2")
+        assert (status, body["error"]) == (409, "view 'totals' has no batch yet; batch 0 was not reached in 0.2 s")
+        apply_a_batch(root)
+        with urllib.request.urlopen(f"{local.url}{base}/changes/totals?until=1", timeout=30) as feed:
+            events = feed.read().decode()
+        assert feed.status == 200 and '"rows": [{"key": "a", "value": {"word": "a", "count": 2}}]' in events
+    finally:
+        local.close()
+
+
+@pytest.mark.fast
+def test_a_short_body_an_empty_name_and_a_host_in_capitals_get_their_answers(tmp_path: Path, monkeypatch):
+    """A body shorter than its Content-Length is refused once no more of it comes (the connection
+    held open), naming the bytes; an empty name is refused naming the field; a Host header in
+    capitals is the same host."""
+    from headrace.server import http_api
+
+    monkeypatch.setattr(http_api, "BODY_TIMEOUT_S", 0.2)
+    local = local_server(tmp_path)
+    try:
+        port = local.url.rsplit(":", 1)[1]
+        headers = (f"POST /api/pipelines HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer token\r\n"
+                   "Content-Type: application/json\r\n")
+        answer = raw_request(local.url, f"{headers}Content-Length: 100\r\n\r\n".encode() + b'{"file": "a.py"')
+        status_line, _, body = answer.decode().partition("\r\n\r\n")
+        assert status_line.startswith("HTTP/1.0 400 ")
+        assert json.loads(body) == {"error": "the body ended after 15 of the 100 bytes its Content-Length gives "
+                                             "(nothing more came for 0.2 s); send the whole body"}
+        empty = json.dumps({"file": str(tmp_path / "orders.py"), "name": ""}).encode()
+        answer = raw_request(local.url, f"{headers}Content-Length: {len(empty)}\r\n\r\n".encode() + empty)
+        status_line, _, body = answer.decode().partition("\r\n\r\n")
+        assert status_line.startswith("HTTP/1.0 400 ") and json.loads(body) == {
+            "error": "name must be the pipeline's name on the server, got '': leave it out to use the name in its file"}
+        for host in (f"LOCALHOST:{port}", f"LocalHost:{port}"):
+            answer = raw_request(local.url, f"GET /api/pipelines HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            assert answer.startswith(b"HTTP/1.0 200 "), answer
+        answer = raw_request(local.url, f"GET /api/pipelines HTTP/1.1\r\nHost: EVIL.example:{port}\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.0 403 "), answer
+    finally:
+        local.close()
+
+
+@pytest.mark.fast
+def test_a_client_that_leaves_before_its_answer_is_let_go_without_a_traceback(tmp_path: Path, capfd):
+    """The request is read, the client gone when its answer is written (and when a next request
+    would be read): nothing printed."""
+    import socket
+
+    local = local_server(tmp_path)
+    try:
+        port = local.url.rsplit(":", 1)[1]
+        whole = f"GET /api/openapi.json HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        for request in (whole, whole[:30]):  # gone before the answer; gone in the middle of the request
+            server_end, client_end = socket.socketpair()
+            client_end.sendall(request)
+            client_end.close()
+            local.http.process_request_thread(server_end, ("127.0.0.1", 0))  # as a request's thread runs it
+        reset_end, client_end = socket.socketpair()
+        client_end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client_end.close()
+        local.http.process_request_thread(reset_end, ("127.0.0.1", 0))
+    finally:
+        local.close()
+    assert capfd.readouterr() == ("", "")
+
+
+@pytest.mark.fast
+def test_the_openapi_status_enum_names_every_status():
+    from headrace.server.openapi import OPENAPI
+
+    assert sorted(OPENAPI["components"]["schemas"]["Pipeline"]["properties"]["status"]["enum"]) == sorted(
+        ["starting", "running", "restarting", "stopping", "stopped", "paused", "finished", "failed", "draining",
+         "rescaling"])
+
+
+@pytest.mark.fast
+def test_batches_count_a_rescales_batch_and_a_pipeline_not_running_has_no_rate(tmp_path: Path):
+    """Batches 0-2 reported, and batch 3 of a rescale in the commit log only (it reads no input and
+    reports nothing): 4 batches. A rate (the pipeline's, each step's) while it runs; 0 once it is
+    stopped or failed."""
+    from headrace.server.metrics import Metrics
+    from headrace.server.registry import FAILED, RUNNING, STOPPED, Entry
+
+    root = tmp_path / "state" / "orders"
+    (root / "checkpoint" / "commits").mkdir(parents=True)
+    for batch in range(4):
+        (root / "checkpoint" / "commits" / str(batch)).write_text("v1\n{}\n")
+    reports = [{"batch": batch, "batch_ms": 2000, "input_rows": 129, "rows_per_second": 64.5,
+                "step_records": {"orders": 129}} for batch in range(3)]
+    (tmp_path / "state" / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reports))
+    metrics = Metrics("progress.jsonl")
+    for status, rate in ((RUNNING, 64.5), (STOPPED, 0), (FAILED, 0)):
+        entry = Entry("orders", str(tmp_path / "orders.py"), str(tmp_path / "state"), status, status == RUNNING)
+        figures = metrics.figures(entry)
+        assert (figures["totals"]["batches"], figures["last"]["rows_per_second"]) == (4, rate)
+        assert figures["steps"]["orders"]["records_per_second"] == rate
+        samples = metrics.exposition([entry], {}).splitlines()
+        assert 'headrace_batches_total{pipeline="orders"} 4' in samples
+        assert f'headrace_input_records_per_second{{pipeline="orders"}} {rate}' in samples

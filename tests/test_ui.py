@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +340,149 @@ class _FixedModel:
 
     def learn_one(self, x: Any, y: Any) -> None:
         pass
+
+
+# -- pages over pipelines written here (a server in this process, no driver, no JVM) ----------------
+
+# Every element with id "error" the page shows (the page draws a failed refresh as one), kept in
+# window.shownErrors even when the next refresh takes it away again.
+RECORD_SHOWN_ERRORS = """
+window.shownErrors = [];
+new MutationObserver(() => {
+  const shown = document.getElementById("error");
+  if (shown && !window.shownErrors.includes(shown)) window.shownErrors.push(shown);
+}).observe(document, { childList: true, subtree: true });
+"""
+
+
+def orders_pipeline(tmp_path: Path, views: bool) -> Any:
+    import headrace as hr
+
+    p = hr.Pipeline("orders")
+    orders = p.source("orders", hr.sources.Files(str(tmp_path), schema="id long, customer string, amount long"))
+    orders.sink("archive", hr.sinks.Files(str(tmp_path / "out"), format="jsonl"))
+    if views:
+        orders.key_by("customer").sum("amount", name="spend").queryable("spend_by_customer")
+    return p
+
+
+def written_pipeline(server: Any, tmp_path: Path, name: str, status: str, views: bool,
+                     progress: list[dict[str, Any]]) -> Path:
+    """A pipeline in ``server``'s registry with ``status``, its recorded plan (``orders_pipeline``
+    under ``name``) and its progress file ``progress``; its root."""
+    from headrace.runtime.compatibility import record_plan
+    from headrace.server.registry import Entry
+
+    state = tmp_path / f"state_{name}"
+    root = state / name
+    (root / "checkpoint").mkdir(parents=True)
+    plan = orders_pipeline(tmp_path, views).plan
+    record_plan(plan, str(root))
+    (state / "progress.jsonl").write_text("".join(json.dumps(batch) + "\n" for batch in progress))
+    server.registry.put(Entry(name, str(tmp_path / f"{name}.py"), str(state), status, status == "running"))
+    return root
+
+
+def renders(page: Any) -> int:
+    return int(page.locator("#main").get_attribute("data-renders") or 0)
+
+
+def wait_for_renders(page: Any, count: int) -> None:
+    """Until the page has refreshed ``count`` more times (each refresh ends by counting itself)."""
+    page.wait_for_function(f"() => Number(document.getElementById('main').dataset.renders || 0) >= {count}",
+                           timeout=60_000)
+
+
+@pytest.mark.fast
+def test_a_pipeline_page_without_a_view_refreshes_without_an_error(browser: Any, tmp_path: Path) -> None:
+    """A page whose pipeline has no queryable view refreshed again and again: never an error shown
+    (every other refresh failed on its missing table of views)."""
+    from local_server import TOKEN
+    from local_server import Server as LocalServer
+    from playwright.sync_api import expect
+
+    server = LocalServer(tmp_path)
+    try:
+        written_pipeline(server, tmp_path, "orders", "running", False,
+                         [{"batch": 0, "batch_ms": 1000, "input_rows": 5, "rows_per_second": 5.0}])
+        page = browser.new_page()
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.add_init_script(RECORD_SHOWN_ERRORS)
+        page.goto(f"{server.url}/?token={TOKEN}#/p/orders")
+        expect(page.locator("#state")).to_contain_text("No views yet", timeout=30_000)
+        wait_for_renders(page, renders(page) + 6)
+        assert page.evaluate("window.shownErrors.map((shown) => shown.textContent)") == []
+        assert problems == []
+    finally:
+        server.close()
+
+
+@pytest.mark.fast
+def test_what_is_typed_in_the_state_lookup_keeps_its_focus_across_refreshes(browser: Any, tmp_path: Path) -> None:
+    """Typing a key, a refresh or two, typing on: the field keeps the focus and all that was typed,
+    and the lookup answers the row the store holds."""
+    from local_server import TOKEN
+    from local_server import Server as LocalServer
+    from playwright.sync_api import expect
+
+    from headrace.connectors.view_store import ViewWriter, store_path
+    from headrace.environment.checkpoints import run_dir
+
+    server = LocalServer(tmp_path)
+    try:
+        root = written_pipeline(server, tmp_path, "orders", "running", True,
+                                [{"batch": 0, "batch_ms": 1000, "input_rows": 3, "rows_per_second": 3.0}])
+        store = store_path(run_dir(str(root), "orders", ""))
+        os.makedirs(os.path.dirname(store), exist_ok=True)
+        ViewWriter(store).apply("spend_by_customer", ("customer",), 0, None,
+                                [("c1", json.dumps({"customer": "c1", "sum": 15})),
+                                 ("c2", json.dumps({"customer": "c2", "sum": 20}))])
+        page = browser.new_page()
+        page.goto(f"{server.url}/?token={TOKEN}#/p/orders")
+        key = page.locator("#state-key")
+        key.click()
+        page.keyboard.type("c")
+        wait_for_renders(page, renders(page) + 2)
+        page.keyboard.type("1")
+        wait_for_renders(page, renders(page) + 2)
+        assert page.evaluate("document.activeElement.id") == "state-key"
+        expect(key).to_have_value("c1")
+        page.click("#state-lookup")
+        expect(page.locator("#state-result")).to_contain_text('"sum": 15')
+    finally:
+        server.close()
+
+
+@pytest.mark.fast
+def test_a_pipeline_that_is_not_running_shows_no_rate(browser: Any, tmp_path: Path) -> None:
+    """A failed and a stopped pipeline whose last batch ran at 64.5 records/s: 0 in the list, on
+    their pages and in their DAGs, as /metrics says; a running one shows its last batch's rate."""
+    from local_server import TOKEN
+    from local_server import Server as LocalServer
+    from playwright.sync_api import expect
+
+    server = LocalServer(tmp_path)
+    last = {"batch": 3, "batch_ms": 2000, "input_rows": 129, "rows_per_second": 64.5,
+            "step_records": {"orders": 129}}
+    try:
+        for name, status in (("failed_one", "failed"), ("stopped_one", "stopped"), ("running_one", "running")):
+            written_pipeline(server, tmp_path, name, status, False, [last])
+        page = browser.new_page()
+        page.goto(f"{server.url}/?token={TOKEN}")
+        for name, rate in (("failed_one", "0"), ("stopped_one", "0"), ("running_one", "64.5")):
+            expect(page.locator(f"#pipelines tr[data-pipeline={name}] td").nth(3)).to_have_text(rate, timeout=30_000)
+        for name, rate, drawn in (("failed_one", "0", "129 records"), ("running_one", "64.5", "129 records, 65/s")):
+            page.goto(f"{server.url}/?token={TOKEN}#/p/{name}")
+            expect(page.locator(".kpi[data-kpi='records/s'] b")).to_have_text(rate, timeout=30_000)
+            expect(page.locator("svg.dag .node[data-step=orders] .figures")).to_have_text(drawn)
+        with urllib.request.urlopen(f"{server.url}/metrics", timeout=30) as answer:
+            text = answer.read().decode()
+        gauges = {line.split(" ")[0]: line.split(" ")[1] for line in text.splitlines()
+                  if line.startswith("headrace_input_records_per_second")}
+        assert gauges == {'headrace_input_records_per_second{pipeline="failed_one"}': "0",
+                          'headrace_input_records_per_second{pipeline="stopped_one"}': "0",
+                          'headrace_input_records_per_second{pipeline="running_one"}': "64.5"}
+    finally:
+        server.close()

@@ -4,7 +4,9 @@ OpenAPI document it serves at ``/api/openapi.json``.
 Safe by default: bound to 127.0.0.1 unless told otherwise; every state-changing call is a POST
 and needs the token (``Authorization: Bearer <token>``), and so does every call when the server
 is bound to another address; a request whose Host header names another host is refused (DNS
-rebinding); bad input gets a 4xx with a one-line reason, never a 500.
+rebinding; host names compare case-insensitively); bad input gets a 4xx with a one-line reason,
+never a 500, and a body that stops short of its ``Content-Length`` gets one after ``BODY_TIMEOUT_S``. A
+client that leaves before its answer is written is let go quietly.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from headrace.server.config_info import configuration
 from headrace.server.metrics import Metrics
 from headrace.server.openapi import ACTIONS, MAX_PARTITIONS, OPENAPI
 from headrace.server.pipeline_dirs import dag
-from headrace.server.registry import Entry
-from headrace.server.supervisor import PROGRESS_FILE, Refused, Supervisor
+from headrace.server.registry import Entry, Refused
+from headrace.server.supervisor import PROGRESS_FILE, Supervisor
 
 MAX_BODY = 64 * 1024
+BODY_TIMEOUT_S = 5.0  # how long a request's body may go without a byte before it is refused
+GONE = (BrokenPipeError, ConnectionResetError)  # the client left: nobody to answer
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 PIPELINE = re.compile(r"^/api/pipelines/([^/]+)$")
 ACTION = re.compile(r"^/api/pipelines/([^/]+)/([a-z]+)$")
@@ -64,7 +68,8 @@ class Api:
 
     def bound(self, port: int) -> None:
         """The port the server listens on (known once bound, when 0 asked for any)."""
-        self.port, self.hosts = port, {f"{name}:{port}" for name in (*LOOPBACK, "[::1]", self.host)}
+        self.port = port
+        self.hosts = {f"{name}:{port}".lower() for name in (*LOOPBACK, "[::1]", self.host)}  # DNS names: any case
 
     def open_reads(self) -> bool:
         """Whether a GET needs no token: only when the server listens on this machine alone."""
@@ -99,11 +104,27 @@ class Handler(BaseHTTPRequestHandler):
             status, body = 500, {"error": f"internal error: {type(exc).__name__}: {exc}"}
             print(f"headrace server: internal error answering {method} {urlsplit(self.path).path}:\n"
                   f"{traceback.format_exc()}", file=sys.stderr, flush=True)  # the path alone: no token
-        self._send(status, body)
+        try:
+            self._send(status, body)
+        except GONE:
+            self.close_connection = True
+
+    def handle(self) -> None:
+        """Requests until the connection closes; a client that resets it ends them without a word."""
+        try:
+            super().handle()
+        except GONE:
+            self.close_connection = True
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except GONE:
+            pass  # what was left to flush had nobody to go to
 
     def _route(self, method: str) -> tuple[int, Any]:
         api = self.api
-        if self.headers.get("Host") not in api.hosts:
+        if (self.headers.get("Host") or "").lower() not in api.hosts:
             raise Refused(403, "the Host header names another host (DNS rebinding?); use the URL the server printed")
         url = urlsplit(self.path)
         if method == "GET" and url.path in UI_FILES:
@@ -129,8 +150,9 @@ class Handler(BaseHTTPRequestHandler):
             if unknown:
                 raise Refused(400, f"unknown field(s) {', '.join(sorted(unknown))}: give file and, if you like, name")
             name = body.get("name")
-            if name is not None and not isinstance(name, str):
-                raise Refused(400, "name must be a string")
+            if name is not None and (not isinstance(name, str) or not name):
+                raise Refused(400, f"name must be the pipeline's name on the server, got {name!r}: leave it out to "
+                                   "use the name in its file")
             file = body.get("file")
             if not isinstance(file, str) or not file:
                 raise Refused(400, "give the pipeline's file as \"file\": a path on the server's machine")
@@ -224,7 +246,7 @@ class Handler(BaseHTTPRequestHandler):
     def _check_origin(self) -> None:
         """A browser says which page a POST comes from: only the server's own pages may make one."""
         origin = self.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc not in self.api.hosts:
+        if origin is not None and urlsplit(origin).netloc.lower() not in self.api.hosts:
             raise Refused(403, f"a POST from another site ({origin}) is refused")
 
     def _check_token(self) -> None:
@@ -240,13 +262,36 @@ class Handler(BaseHTTPRequestHandler):
             raise Refused(400, "Content-Length is not a number") from None
         if length > MAX_BODY:
             raise Refused(413, f"the body is {length} bytes, more than {MAX_BODY}")
+        if length < 0:
+            raise Refused(400, f"Content-Length must not be negative, got {length}")
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(self._read_body(length) or b"{}")
         except (ValueError, UnicodeDecodeError) as exc:
             raise Refused(400, f"the body is not JSON: {exc}") from None
         if not isinstance(body, dict):
             raise Refused(400, "the body must be a JSON object")
         return body
+
+    def _read_body(self, length: int) -> bytes:
+        """The body's ``length`` bytes; refused when it stops short (the client closed, or sent nothing
+        more for ``BODY_TIMEOUT_S``), and the connection is closed after the answer."""
+        data = b""
+        self.connection.settimeout(BODY_TIMEOUT_S)
+        try:
+            while len(data) < length:
+                chunk = self.rfile.read1(length - len(data))
+                if not chunk:
+                    break
+                data += chunk
+        except TimeoutError:
+            pass
+        finally:
+            self.connection.settimeout(None)
+        if len(data) < length:
+            self.close_connection = True
+            raise Refused(400, f"the body ended after {len(data)} of the {length} bytes its Content-Length gives "
+                               f"(nothing more came for {BODY_TIMEOUT_S:g} s); send the whole body")
+        return data
 
     def _send(self, status: int, body: Any) -> None:
         if isinstance(body, Iterator):

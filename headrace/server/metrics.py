@@ -7,6 +7,11 @@ pipeline has had: a batch that a killed driver ran and its successor ran again c
 its last report. Names follow Prometheus's rules: one ``headrace_`` prefix, base units
 (seconds), ``_total`` for counters; labels ``pipeline``, and ``step`` or ``sink`` for a step's
 records (``headrace/spark/step_counts.py``) and a sink's write time.
+
+A rate (records per second, the pipeline's and each step's) is the last batch's while a driver
+runs the pipeline (running or draining); a pipeline that is not running has a rate of 0. The
+batches are those of the checkpoint's commit log, a rescale's batch (which reads no input and
+reports no progress) among them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headrace.contract import END_OF_INPUT_MS
+from headrace.environment.checkpoints import COMMITS, last_batch
+from headrace.server.checkpoint_info import checkpoint_dir
 from headrace.server.registry import DRAINING, RUNNING, Entry
 
 COUNTED = ("input_rows", "dead_letters", "late_rows_dropped")
@@ -87,17 +94,36 @@ def _per_name(figures: dict[str, Any], key: str) -> dict[str, int]:
             if isinstance(value, int) and not isinstance(value, bool)} if isinstance(found, dict) else {}
 
 
-def step_figures(totals: _Totals) -> dict[str, dict[str, Any]]:
-    """Each counted step's records (every batch once) and rate in the last batch; each timed sink's
-    write time, in all and in the last batch, and whether it is slow: its write took more than
-    half of the last batch's time, and at least ``SLOW_SINK_MS``."""
+def running(entry: Entry) -> bool:
+    """Whether a driver runs the pipeline's batches: only then has it a rate."""
+    return entry.status in (RUNNING, DRAINING)
+
+
+def batches_committed(entry: Entry, last: dict[str, Any]) -> int:
+    """The batches of the pipeline's checkpoint (its last committed batch id + 1): its commit log's,
+    which holds a rescale's batch too, or the last report's when that is further on."""
+    checkpoint = checkpoint_dir(entry)
+    committed = last_batch(checkpoint, COMMITS) if checkpoint else None
+    return max(-1 if committed is None else committed, last.get("batch", -1)) + 1
+
+
+def step_figures(totals: _Totals, moving: bool = True) -> dict[str, dict[str, Any]]:
+    """Each counted step's records (every batch once) and rate in the last batch (0 unless
+    ``moving``: the pipeline is not running); each timed sink's write time, in all and in the last
+    batch, and whether it is slow: its write took more than half of the last batch's time, and at
+    least ``SLOW_SINK_MS``."""
     last = totals.last
     seconds = (last.get("batch_ms") or 0) / 1000
     records, last_records = totals.per_name_totals("step_records"), _per_name(last, "step_records")
+
+    def rate(name: str) -> float | None:
+        if not moving:
+            return 0
+        return round(last_records[name] / seconds, 1) if seconds and name in last_records else None
+
     steps: dict[str, dict[str, Any]] = {
-        name: {"records_total": count, "records_last_batch": last_records.get(name),
-               "records_per_second": round(last_records[name] / seconds, 1) if seconds and name in last_records
-               else None} for name, count in records.items()}
+        name: {"records_total": count, "records_last_batch": last_records.get(name), "records_per_second": rate(name)}
+        for name, count in records.items()}
     for name, version in _per_name(last, "model_versions").items():  # a score step's model, in the last batch
         steps.setdefault(name, {})["model_version"] = version
     flags, last_flags = totals.per_name_totals("drift_flags"), _per_name(last, "drift_flags")
@@ -126,12 +152,17 @@ class Metrics:
         return totals
 
     def figures(self, entry: Entry, batches: int = CHARTED_BATCHES) -> dict[str, Any]:
-        """One pipeline's totals (each batch id once), its last batch's figures and its recent
-        batches', oldest first (what the web UI charts)."""
+        """One pipeline's totals (each batch id once, and its committed batches), its last batch's
+        figures (its rate 0 when it is not running) and its recent batches', oldest first (what the
+        web UI charts)."""
         with self._lock:
             totals = self._read(entry)
-            return {"pipeline": entry.name, "totals": {name: totals.total(name) for name in COUNTED},
-                    "last": totals.last, "recent": totals.history(batches), "steps": step_figures(totals)}
+            moving = running(entry)
+            last = totals.last if moving or not totals.last else {**totals.last, "rows_per_second": 0}
+            return {"pipeline": entry.name,
+                    "totals": {**{name: totals.total(name) for name in COUNTED},
+                               "batches": batches_committed(entry, totals.last)},
+                    "last": last, "recent": totals.history(batches), "steps": step_figures(totals, moving)}
 
     def exposition(self, entries: list[Entry], errors: dict[str, int]) -> str:
         """Every pipeline's figures; ``errors``: the errors each one's drivers ended with."""
@@ -147,14 +178,14 @@ class Metrics:
             for entry in entries:
                 totals = self._read(entry)
                 last, name = totals.last, entry.name
-                add("headrace_pipeline_running", "gauge", "1 while the pipeline's driver runs", name,
-                    int(entry.status in (RUNNING, DRAINING)))
+                moving = running(entry)
+                add("headrace_pipeline_running", "gauge", "1 while the pipeline's driver runs", name, int(moving))
                 add("headrace_driver_restarts_total", "counter", "drivers the server restarted after they died",
                     name, entry.restarts)
                 add("headrace_exceptions_total", "counter", "errors its drivers ended with", name,
                     errors.get(name, 0))
                 add("headrace_batches_total", "counter", "micro-batches committed (the last batch id + 1)", name,
-                    last["batch"] + 1 if last else 0)
+                    batches_committed(entry, last))
                 add("headrace_input_records_total", "counter", "records read from the sources", name,
                     totals.total("input_rows"))
                 add("headrace_dead_letters_total", "counter", "records that went to the dead letters", name,
@@ -175,8 +206,8 @@ class Metrics:
                 if last:
                     add("headrace_batch_duration_seconds", "gauge", "the last micro-batch's duration", name,
                         last["batch_ms"] / 1000 if last.get("batch_ms") is not None else None)
-                    add("headrace_input_records_per_second", "gauge", "the last micro-batch's processing rate", name,
-                        last.get("rows_per_second"))
+                    add("headrace_input_records_per_second", "gauge", "the last micro-batch's processing rate "
+                        "(0 when the pipeline is not running)", name, last.get("rows_per_second") if moving else 0)
                     add("headrace_watermark_timestamp_seconds", "gauge", "the event-time watermark", name,
                         _epoch(last.get("watermark")))
                     add("headrace_state_rows", "gauge", "rows in the stateful steps' state", name,

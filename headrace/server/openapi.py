@@ -6,9 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 from headrace.server import checkpoint_info, views
+from headrace.server.registry import (
+    DRAINING,
+    FAILED,
+    FINISHED,
+    PAUSED,
+    RESCALING,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    STOPPING,
+)
 
 MAX_PARTITIONS = 10_000
 ACTIONS = ("stop", "pause", "resume", "restart", "upgrade", "rescale", "remove")
+STATUSES = [STARTING, RUNNING, RESTARTING, STOPPING, STOPPED, PAUSED, FINISHED, FAILED, DRAINING, RESCALING]
 
 
 def _json_of(schema: dict[str, Any]) -> dict[str, Any]:
@@ -45,8 +58,7 @@ OPENAPI: dict[str, Any] = {
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
             "Pipeline": {"type": "object", "properties": {
                 "name": {"type": "string"}, "file": {"type": "string"}, "state_dir": {"type": "string"},
-                "status": {"type": "string", "enum": ["starting", "running", "restarting", "stopping", "stopped",
-                                                      "paused", "finished", "failed"]},
+                "status": {"type": "string", "enum": STATUSES},
                 "wanted": {"type": "boolean"}, "pid": {"type": "integer"}, "restarts": {"type": "integer"},
                 "last_exit": {"type": "integer", "nullable": True}, "reason": {"type": "string"},
                 "submitted_at": {"type": "number"}, "updated_at": {"type": "number"},
@@ -56,7 +68,7 @@ OPENAPI: dict[str, Any] = {
                 "status": {"type": "string", "enum": ["running", "done", "failed"]}, "detail": {"type": "string"},
                 "started_at": {"type": "number"}, "ended_at": {"type": "number", "nullable": True}}},
             "Submit": {"type": "object", "required": ["file"], "additionalProperties": False, "properties": {
-                "file": {"type": "string", "minLength": 1}, "name": {"type": "string"}}},
+                "file": {"type": "string", "minLength": 1}, "name": {"type": "string", "minLength": 1}}},
         },
     },
     "security": [{"token": []}],
@@ -135,7 +147,8 @@ OPENAPI: dict[str, Any] = {
                            {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
                            {"name": "until", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
             "responses": {"200": {"description": "the events", "content": {"text/event-stream": {
-                "schema": {"type": "string"}}}}, "400": _error("bad input"), "404": _error("no such pipeline")}}},
+                "schema": {"type": "string"}}}}, "400": _error("bad input"),
+                "404": _error("no such pipeline or view")}}},
         "/api/pipelines/{name}/{action}": {"post": {
             "summary": "stop (at a batch boundary; ?now=true at once; ?drain=true reads what the sources hold, "
                        "fires every window and ends the pipeline for good), pause (at a batch boundary) and resume, "

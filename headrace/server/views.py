@@ -3,7 +3,9 @@
 
 Each answer says as of which batch and watermark. ``min_batch`` waits for the view to reach
 that batch (read-your-writes) and answers 409 when it does not in time. ``changes`` follows a
-view as server-sent events, one per batch that changed it, resumable by batch id.
+view as server-sent events, one per batch that changed it, resumable by batch id. A view the
+pipeline does not have (none in its store, none declared by the plan its driver recorded) is a
+404 at once, whatever the request waits for.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import Any
 
 from headrace.connectors.view_store import AsOf, ViewReader, store_path
 from headrace.contract import END_OF_INPUT_MS
-from headrace.server.pipeline_dirs import run_dirs
-from headrace.server.registry import Entry
-from headrace.server.supervisor import Refused
+from headrace.environment.checkpoints import read_plan
+from headrace.server.pipeline_dirs import pipeline_roots, run_dirs
+from headrace.server.registry import Entry, Refused
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 DEFAULT_WAIT_S, MAX_WAIT_S = 10.0, 60.0
@@ -34,6 +36,30 @@ def reader_of(entry: Entry) -> ViewReader:
         if os.path.exists(store_path(folder)):
             return ViewReader(store_path(folder))
     return ViewReader("")
+
+
+def declared_views(entry: Entry) -> list[str] | None:
+    """The views the plan its driver recorded declares (its ``View`` sinks), None before a driver
+    recorded one: then only the store tells which views there are."""
+    for root in pipeline_roots(entry):
+        plan = read_plan(root)
+        if plan is not None:
+            return sorted(node["name"] for node in plan.get("nodes", [])
+                          if node.get("kind") == "sink" and (node.get("connector") or {}).get("type") == "View")
+    return None
+
+
+def _check_view(entry: Entry, reader: ViewReader, view: str) -> None:
+    """404 for a view the pipeline does not have: not in its store and not declared by its recorded
+    plan (a declared view appears in the store with its first batch)."""
+    stored = [found.view for found in reader.views()] if reader.exists() else []
+    declared = declared_views(entry)
+    if view in stored or (declared is not None and view in declared):
+        return
+    if declared is None and not stored:
+        return  # no driver recorded its plan yet: which views come is not known
+    known = ", ".join(sorted({*stored, *(declared or [])})) or "none"
+    raise Refused(404, f"pipeline {entry.name!r} has no view {view!r} (its views: {known})")
 
 
 def views(entry: Entry) -> dict[str, Any]:
@@ -63,8 +89,14 @@ def changes(entry: Entry, view: str, after: int, until: int | None) -> Iterator[
     """Server-sent events: for each batch past ``after`` that changed the view, one event (id: the
     batch id) with the rows changed since the last event, as they are now; ends after batch
     ``until`` when given; a client that leaves ends it (the server's next write fails: a quiet
-    feed writes a comment line every ``HEARTBEAT_S``)."""
+    feed writes a comment line every ``HEARTBEAT_S``). An unknown view is refused (404) before
+    the feed starts."""
     reader = reader_of(entry)
+    _check_view(entry, reader, view)
+    return _feed(entry, reader, view, after, until)
+
+
+def _feed(entry: Entry, reader: ViewReader, view: str, after: int, until: int | None) -> Iterator[str]:
     quiet_since = time.monotonic()
     while True:
         reader = reader if reader.exists() else reader_of(entry)
@@ -91,6 +123,7 @@ def _reached(entry: Entry, view: str, min_batch: int | None, wait_s: float) -> V
     view, 409 when the batch is not reached within ``wait_s``."""
     deadline = time.monotonic() + (wait_s if min_batch is not None else 0.0)
     reader = reader_of(entry)
+    _check_view(entry, reader, view)
     while True:
         reader = reader if reader.exists() else reader_of(entry)
         as_of = reader.as_of(view) if reader.exists() else None
@@ -101,8 +134,8 @@ def _reached(entry: Entry, view: str, min_batch: int | None, wait_s: float) -> V
         time.sleep(POLL_S)
     if as_of is None and min_batch is None:
         known = ", ".join(found.view for found in reader.views()) if reader.exists() else ""
-        raise Refused(404, f"pipeline {entry.name!r} has no view {view!r} (its views: {known or 'none yet'}; a "
-                           "view appears once its first batch is applied)")
+        raise Refused(404, f"pipeline {entry.name!r} has no view {view!r} yet (its views so far: {known or 'none'}; "
+                           "a view appears once its first batch is applied)")
     standing = f"is at batch {as_of.batch_id}" if as_of is not None else "has no batch yet"
     raise Refused(409, f"view {view!r} {standing}; batch {min_batch} was not reached in {wait_s:g} s")
 

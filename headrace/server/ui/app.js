@@ -61,7 +61,7 @@ function statusBadge(entry, bad) {
 
 // -- the list of pipelines -------------------------------------------------------------------------
 
-async function listPage(main) {
+async function listPage(main, current) {
   const entries = await api("GET", "/api/pipelines");
   const rows = await Promise.all(entries.map(async (entry) => {
     const figures = await api("GET", `/api/pipelines/${encodeURIComponent(entry.name)}/figures`);
@@ -75,6 +75,7 @@ async function listPage(main) {
       el("td", {}, figures.totals.dead_letters ? el("span", { class: "badge bad" }, number(figures.totals.dead_letters)) : "0"),
       el("td", {}, number(entry.restarts)));
   }));
+  if (!current()) return;
   main.replaceChildren(
     el("h2", {}, "Pipelines"),
     entries.length === 0 ? el("p", { class: "quiet" }, "No pipelines: headrace submit FILE starts one.") :
@@ -209,7 +210,7 @@ function phases(last) {
 function kpis(entry, figures) {
   const last = figures.last;
   const shown = [
-    ["batches", last.batch === undefined ? 0 : last.batch + 1], ["records", figures.totals.input_rows],
+    ["batches", figures.totals.batches], ["records", figures.totals.input_rows],
     ["records/s", number(last.rows_per_second, 1)], ["batch ms", last.batch_ms], ["watermark", last.watermark || "–"],
     ["watermark lag s", watermarkLag(last)], ["state rows", last.state_rows],
     ["state memory", last.state_memory_bytes === undefined ? undefined : `${number(last.state_memory_bytes / 1048576, 1)} MiB`],
@@ -226,11 +227,12 @@ function viewsTable(views) {
     el("td", {}, `as of batch ${v.batch_id}`), el("td", {}, `watermark ${v.watermark ?? "–"}`))));
 }
 
-// The views, and a lookup form kept across refreshes (made again when the views change).
+// The views, and a lookup form kept across refreshes (made again when the views change): the
+// same element stays in the page, so what is typed in it keeps its focus.
 function statePanel(name, views, kept) {
   const names = views.map((v) => v.view).join(",");
   if (kept && kept.dataset.views === names) {
-    kept.querySelector("#state-views").replaceWith(viewsTable(views));
+    kept.querySelector("#state-views")?.replaceWith(viewsTable(views));  // no table while there is no view
     return kept;
   }
   const result = el("pre", { id: "state-result" }, "");
@@ -397,43 +399,71 @@ async function configurationTab(name, path) {
   ];
 }
 
-async function pipelinePage(main, name, tab, first) {
+// Show ``children`` in ``main``; an element among them that is in it already stays there, never taken
+// out and put back (which would take the focus from a field in it), and the others go around it.
+function showIn(main, children) {
+  const kept = children.find((child) => child instanceof Node && child.parentNode === main);
+  if (!kept) {
+    main.replaceChildren(...children);
+    return;
+  }
+  for (const child of [...main.childNodes]) if (child !== kept) child.remove();
+  const at = children.indexOf(kept);
+  kept.before(...children.slice(0, at));
+  kept.after(...children.slice(at + 1));
+}
+
+async function pipelinePage(main, name, tab, first, current) {
   const path = `/api/pipelines/${encodeURIComponent(name)}`;
   const [entry, figures] = await Promise.all([api("GET", path), api("GET", `${path}/figures`)]);
   const { bad, why } = health(entry, figures);
   const message = first ? el("span", { id: "message", class: "quiet" }) : document.getElementById("message");
   const panels = tab === "checkpoints" ? await checkpointsTab(name, path) :
     tab === "configuration" ? await configurationTab(name, path) : await overviewTab(name, path, figures, bad, first);
-  main.replaceChildren(
+  if (!current()) return;
+  showIn(main, [
     el("h2", {}, name, " ", statusBadge(entry, bad), " ", el("span", { class: "quiet", id: "reason" }, why || entry.reason)),
     lifecycle(name, message),
     kpis(entry, figures),
     tabBar(name, tab),
     ...panels,
-    el("p", { class: "quiet" }, el("a", { href: "#/" }, "all pipelines")));
+    el("p", { class: "quiet" }, el("a", { href: "#/" }, "all pipelines"))]);
 }
 
 // -- routing -------------------------------------------------------------------------------------
 
+// Each render is numbered; one that a later render overtook (a new address meanwhile) shows nothing.
+// The page's renders so far are in #main's data-renders (what a test waits for).
 let shown = "";
+let started = 0;
+let rendering = false;
 async function render() {
   const main = document.getElementById("main");
   const route = location.hash.replace(/^#/, "") || "/";
   const first = route !== shown;
+  const mine = ++started;
+  const current = () => mine === started;
   shown = route;
+  rendering = true;
   try {
     const match = route.match(/^\/p\/([^/]+)(?:\/([a-z]+))?$/);
     const tab = match && Object.hasOwn(TABS, match[2] ?? "") ? match[2] : "overview";
-    if (match) await pipelinePage(main, decodeURIComponent(match[1]), tab, first);
-    else await listPage(main);
+    if (match) await pipelinePage(main, decodeURIComponent(match[1]), tab, first, current);
+    else await listPage(main, current);
   } catch (error) {
+    if (!current()) return;
     main.replaceChildren(el("p", { class: "badge bad", id: "error" }, error.message), " ",
       el("a", { href: "#/" }, "all pipelines"));
     shown = "";
+  } finally {
+    if (current()) {
+      rendering = false;
+      main.dataset.renders = String(Number(main.dataset.renders || 0) + 1);
+    }
   }
 }
 
 document.getElementById("server").textContent = location.host;
 window.addEventListener("hashchange", render);
 render();
-setInterval(render, REFRESH_MS);
+setInterval(() => rendering || render(), REFRESH_MS);  // a refresh waits for the one under way
