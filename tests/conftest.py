@@ -10,7 +10,8 @@ from headrace.environment.session import get_session
 # time; it cuts the suite's CPU by a fifth. Benchmarks run without it: users get Spark's default JIT.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
-pytest_plugins = ["stall_watchdog"]  # a test that stalls prints its stacks and is run once more
+# A test that stalls prints its stacks and fails; the fast tier refuses to start a JVM.
+pytest_plugins = ["stall_watchdog", "no_jvm"]
 
 PG_DSN = os.environ.get("HEADRACE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 

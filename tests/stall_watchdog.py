@@ -1,10 +1,8 @@
 """What happens to a test that stalls: past its timeout (pytest-timeout's ``timeout``, pyproject.toml)
 the stacks of every Python thread and of the Spark JVM are printed, and the test process exits.
 pytest-xdist reports the test as failed ("worker crashed") and starts a fresh worker, with a
-fresh Spark, for the tests left; scripts/test.sh runs such a test once more (pytest-rerunfailures,
-``--only-rerun "crashed while running"``), so one stalled Spark task costs a rerun, not the run,
-and the stacks (with py-spy, those of Spark's Python workers too) say where it stalled. An
-ordinary failure is never run again."""
+fresh Spark, for the tests left. A stall is a defect: it fails, and is never run again; the stacks
+(with py-spy, those of Spark's Python workers too) say where it stalled."""
 
 from __future__ import annotations
 
