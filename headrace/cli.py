@@ -24,6 +24,7 @@ from headrace.runtime.signals import stop_on_signals
 STATE_DIR_HELP = ("where checkpoints live: a directory, or a Hadoop URI such as hdfs://namenode:8020/state "
                   "(default: $HEADRACE_STATE_DIR or .headrace)")
 RUNS_PIPELINES = ("run", "demo")  # the commands whose Ctrl-C and SIGTERM stop a run (headrace/runtime/signals.py)
+SIGPIPE_STATUS = 141  # a shell's status for a command ended by SIGPIPE: its reader left
 PIPELINE_FILE_SUFFIXES = (".yaml", ".yml")
 
 
@@ -307,7 +308,7 @@ def _waited(client: Any, answer: dict[str, Any], wait: bool) -> tuple[dict[str, 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
-    body = {"file": os.path.abspath(args.file), **({"name": args.name} if args.name else {})}
+    body = {"file": os.path.abspath(args.file), **({"name": args.name} if args.name is not None else {})}
     entry, status = _waited(client, client.call("POST", "/api/pipelines", body), args.wait)
     print(json.dumps(entry) if args.json else _show_pipeline(entry))
     return status
@@ -561,7 +562,12 @@ def main(argv: list[str] | None = None) -> int:
         show_logs_on_stderr()
     try:
         with stop_on_signals(args.command in RUNS_PIPELINES):
-            return int(args.handler(args))
+            status = int(args.handler(args))
+            sys.stdout.flush()  # here, where a reader that left is noticed (headrace explain FILE | head)
+            return status
+    except BrokenPipeError:
+        _drop_stdout()
+        return SIGPIPE_STATUS
     except UsageError as exc:
         print(f"headrace: error: {exc}", file=sys.stderr)
         return 2
@@ -574,6 +580,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"headrace: {exc or 'interrupted'}", file=sys.stderr)
         return 130
+
+
+def _drop_stdout() -> None:
+    """The reader of stdout left: what is still buffered goes nowhere, with no error at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

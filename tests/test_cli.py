@@ -171,6 +171,23 @@ def test_explain_prints_the_plan_and_its_json(tmp_path, capsys):
     assert [n["name"] for n in plan["nodes"]] == ["words", "sparks", "files"]
 
 
+@pytest.mark.fast
+def test_explain_into_a_reader_that_left_ends_without_a_traceback(tmp_path):
+    """``headrace explain FILE | head``, the reader gone before a line is written: nothing on
+    stderr, and the status of a command ended by SIGPIPE."""
+    import os
+
+    path = write(tmp_path, "pipelines.py", PIPELINES)
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader left: every write fails
+    try:
+        done = subprocess.run([sys.executable, "-m", "headrace.cli", "explain", f"{path}:words"], stdout=writer,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
 def test_explain_of_a_file_that_runs_a_pipeline_explains_that_one_and_starts_nothing(tmp_path, capsys,
                                                                                        monkeypatch):
     """A file that calls ``p.run(...)`` at module level: ``headrace explain`` stops the file there

@@ -215,6 +215,8 @@ def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Pa
         assert status == expected and message in body["error"], (status, body)
     done = server.cli("stop", "nope")
     assert done.returncode == 1 and "no pipeline 'nope'" in done.stderr
+    done = server.cli("submit", str(tmp_path / "broken.py"), "--name", "")
+    assert done.returncode == 1 and "name must be the pipeline's name on the server, got ''" in done.stderr
 
     # Schemathesis: requests made from the OpenAPI description, valid and not, every method; none gets a 5xx
     fuzz = subprocess.run([str(Path(sys.executable).parent / "schemathesis"), "run", f"{server.url}/api/openapi.json",
