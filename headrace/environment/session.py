@@ -273,13 +273,20 @@ def _spark_context(settings: dict[str, str]) -> Any:
 
 
 _session: Any = None
+_started_in: str | None = None  # the directory the session's JVM started in
+
+
+def jvm_directory() -> str:
+    """The directory Spark's driver JVM started in, where a local master starts its Python
+    workers (their ``sys.path`` has it); this process's directory before a session exists."""
+    return _started_in or os.getcwd()
 
 
 def get_session(master: str | None = None, log_file: str | None = None, packages: Iterable[Package] = ()) -> Any:
     """The process's Spark session, created on first use with headrace's defaults and the
     connector ``packages`` a pipeline needs (``headrace/environment/jars.py``); Spark logs to
     ``log_file`` (default: ``spark_log_file()``)."""
-    global _session
+    global _session, _started_in
     if _session is not None:
         return _session
     java_banner = check_java()
@@ -298,6 +305,7 @@ def get_session(master: str | None = None, log_file: str | None = None, packages
     # The SparkContext (Spark's JVM) starts on a thread of its own: pyspark takes Ctrl-C over when
     # it creates a context on the main thread, and a signal that arrives while Spark starts must
     # reach headrace's handlers (``headrace/runtime/signals.py``), which may abandon the start.
+    _started_in = os.getcwd()
     try:
         _off_the_main_thread(lambda: _spark_context(settings))
     except Exception as exc:

@@ -30,6 +30,7 @@ from headrace.environment.checkpoints import pipeline_root, query_id, read_query
 from headrace.environment.hdfs_lease import HdfsLease, LeaseLost, takes_hdfs_lease
 from headrace.environment.lease import Lease
 from headrace.environment.session import get_session, spark_log_file
+from headrace.environment.user_modules import ship_user_modules
 from headrace.errors import HeadraceError, PlanError
 from headrace.plan.nodes import ScoreNode
 from headrace.runtime import events
@@ -155,6 +156,7 @@ class PipelineRun:
             end_of_time.refuse_drained(self.root, self.plan.name)
             verify_restart(self.plan, self.root)  # before Spark starts: refuse a checkpoint this plan cannot continue
         self._spark = get_session(self.master, spark_log_file(self.state_dir), self.plan.spark_packages())
+        ship_user_modules(self._spark)  # before any of the pipeline's code is pickled for the workers
         if self.hdfs_lease is not None:
             self.hdfs_lease.acquire()
         if self.remote:  # the same checks and files, through the session's Hadoop file system API
