@@ -12,7 +12,8 @@
 
 Each list given to :class:`TestSource` is one micro-batch, processed to completion
 (including the watermark's effect) before the next is offered; a :class:`Watermark`
-moves the watermark without adding data to any window.
+moves the watermark without adding data to any window. :func:`run_locally` runs the same
+pipeline in plain Python, without a JVM (docs/testing.md, "Testing without a JVM").
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import tempfile
 from typing import Any
 
 from headrace.connectors.scripted import ProcessingTime, TestSink, TestSource, Watermark
-from headrace.runtime.runner import PipelineRun
+from headrace.testing.local import run_locally
 
-__all__ = ["ProcessingTime", "TestSource", "TestSink", "Watermark", "run_to_completion"]
+__all__ = ["ProcessingTime", "TestSource", "TestSink", "Watermark", "run_locally", "run_to_completion"]
 
 
 def run_to_completion(pipeline: Any, *, state_dir: str | None = None, progress: str = "quiet",
@@ -31,6 +32,8 @@ def run_to_completion(pipeline: Any, *, state_dir: str | None = None, progress: 
     """Run ``pipeline`` until every source is exhausted, offering each TestSource
     micro-batch only after the previous one is fully processed. Returns each TestSink's rows
     by sink name. ``on_step(run)`` is called after each step settles."""
+    from headrace.runtime.runner import PipelineRun  # Spark's driver: run_locally needs none of it
+
     state = state_dir or tempfile.mkdtemp(prefix="headrace-test-")
     run = PipelineRun(pipeline, state_dir=state, progress=progress, fresh=state_dir is None)
     run.start()

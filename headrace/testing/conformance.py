@@ -1,8 +1,9 @@
 """Run event-time conformance cases through real headrace pipelines on local Spark.
 
-    python -m headrace.testing.conformance CASES.json [--relaxed] [--only ID]
+    python -m headrace.testing.conformance CASES.json [--relaxed] [--only ID] [--local]
 
-Takes a case file in the format of the shared conformance suite, runs every case, prints
+With ``--local`` the cases run through the local runner (``headrace.testing.run_locally``, no
+JVM) instead of Spark. Takes a case file in the format of the shared conformance suite, runs every case, prints
 one line per case and closes with ``N passed, M failed`` (exit status 1 if any failed).
 
 * ``micro_batch``: the events up to each ``end_batch`` are one micro-batch; the window is a
@@ -33,8 +34,7 @@ from typing import Any
 
 import headrace as hr
 from headrace.contract import FLUSH_TIME_MS
-from headrace.runtime.progress import summarise
-from headrace.testing import ProcessingTime, TestSink, TestSource, Watermark, run_to_completion
+from headrace.testing import ProcessingTime, TestSink, TestSource, Watermark, run_locally, run_to_completion
 from headrace.triggers import Trigger
 from headrace.windows import WindowShape
 
@@ -56,9 +56,52 @@ def _output(row: dict[str, Any], kind: str, pane: int, at: int) -> dict[str, Any
             "aggregate": {"sum": row["sum"], "count": row["count"]}, "kind": kind, "pane": pane, "at": at}
 
 
+# -- runners: where a case's pipeline runs --------------------------------------------------------
+
+class SparkCases:
+    """Cases run on local Spark (``run_to_completion``); a run is read through its progress reports."""
+
+    def run(self, pipeline: hr.Pipeline, state_dir: str, on_step: Any) -> None:
+        run_to_completion(pipeline, state_dir=state_dir, on_step=on_step)
+
+    def batches_run(self, run: Any) -> int:
+        return len(run.progress_log)
+
+    def watermarks(self, run: Any) -> list[int]:
+        """The watermark (ms) each micro-batch ran with."""
+        marks = [(report.get("eventTime") or {}).get("watermark", "1970-01-01T00:00:00.000Z")
+                 for report in run.progress_log]
+        return [millis(datetime.datetime.fromisoformat(m.replace("Z", "+00:00"))) or 0 for m in marks]
+
+    def late_dropped(self, run: Any) -> int:
+        from headrace.runtime.progress import summarise
+
+        return sum(summarise(report)["late_rows_dropped"] for report in run.progress_log)
+
+
+class LocalCases:
+    """Cases run by the local runner (``run_locally``), without a JVM."""
+
+    def run(self, pipeline: hr.Pipeline, state_dir: str, on_step: Any) -> None:
+        run_locally(pipeline, on_step=on_step)
+
+    def batches_run(self, run: Any) -> int:
+        return len(run.batches)
+
+    def watermarks(self, run: Any) -> list[int]:
+        return [batch.watermark for batch in run.batches]
+
+    def late_dropped(self, run: Any) -> int:
+        return int(run.late_rows_dropped)
+
+
+SPARK, LOCAL = SparkCases(), LocalCases()
+
+
 # -- per_event and none ---------------------------------------------------------------------------
 
-def run_per_event(case: dict[str, Any], state_dir: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def run_per_event(case: dict[str, Any], state_dir: str, runner: Any = SPARK
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     semantics = case["semantics"]
     watermark = semantics.get("watermark")
     steps: list[Any] = []
@@ -97,7 +140,7 @@ def run_per_event(case: dict[str, Any], state_dir: str) -> tuple[list[dict[str, 
     def on_step(run: Any) -> None:
         marks.append((len(panes.rows()), len(late.rows())))
 
-    run_to_completion(pipeline, state_dir=state_dir, on_step=on_step)
+    runner.run(pipeline, state_dir, on_step)
     outputs, dropped = [], []
     pane_rows, late_rows = panes.rows(), late.rows()
     start_p = start_l = 0
@@ -129,7 +172,8 @@ def split_batches(case: dict[str, Any]) -> list[tuple[int, list[dict[str, Any]]]
     return batches
 
 
-def run_micro_batch(case: dict[str, Any], state_dir: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+def run_micro_batch(case: dict[str, Any], state_dir: str, runner: Any = SPARK
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """Returns (outputs, dropped events, the run's count of late drops)."""
     semantics = case["semantics"]
     watermark = semantics["watermark"]
@@ -151,13 +195,13 @@ def run_micro_batch(case: dict[str, Any], state_dir: str) -> tuple[list[dict[str
     (stream.key_by("key").window(WindowShape.from_json(semantics["window"]), name="windows")
      .aggregate(sum=hr.sum("value"), count=hr.count(), emit=emit).sink("out", sink))
     marks: list[tuple[int, int]] = []  # (rows in the sink, batches run) after each step
-    progress: list[dict[str, Any]] = []
+    last: list[Any] = []  # the run, as the last step left it
 
     def on_step(run: Any) -> None:
-        marks.append((len(sink.rows()), len(run.progress_log)))
-        progress[:] = run.progress_log
+        marks.append((len(sink.rows()), runner.batches_run(run)))
+        last[:] = [run]
 
-    run_to_completion(pipeline, state_dir=state_dir, on_step=on_step)
+    runner.run(pipeline, state_dir, on_step)
     rows, outputs, panes, start = sink.rows(), [], Counter[tuple[Any, ...]](), 0
     for (at, _), (end, _) in zip(batches, marks):
         for row in rows[start:end]:
@@ -165,18 +209,17 @@ def run_micro_batch(case: dict[str, Any], state_dir: str) -> tuple[list[dict[str
             outputs.append(_output(row, "update" if emit == "updates" else "on_time", panes[ident], at))
             panes[ident] += 1
         start = end
-    late_dropped = sum(summarise(report)["late_rows_dropped"] for report in progress)
-    return outputs, _dropped_behind_watermark(case, batches, marks, progress), late_dropped
+    late_dropped = runner.late_dropped(last[0]) if last else 0
+    watermarks = runner.watermarks(last[0]) if last else []
+    return outputs, _dropped_behind_watermark(case, batches, marks, watermarks), late_dropped
 
 
 def _dropped_behind_watermark(case: dict[str, Any], batches: list[tuple[int, list[dict[str, Any]]]],
-                              marks: list[tuple[int, int]], progress: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                              marks: list[tuple[int, int]], watermarks: list[int]) -> list[dict[str, Any]]:
     shape = WindowShape.from_json(case["semantics"]["window"])
     dropped, first = [], 0
     for (_, events), (_, batches_run) in zip(batches, marks):
-        report = progress[first] if first < len(progress) else {}
-        mark = (report.get("eventTime") or {}).get("watermark", "1970-01-01T00:00:00.000Z")
-        w = millis(datetime.datetime.fromisoformat(mark.replace("Z", "+00:00"))) or 0
+        w = watermarks[first] if first < len(watermarks) else 0
         for event in events:
             t = event["event_time"]
             ends = [end for _, end in shape.assign(t)]
@@ -192,16 +235,16 @@ def bag(rows: list[dict[str, Any]], strict: bool = True) -> Counter[str]:
     return Counter(json.dumps({k: v for k, v in r.items() if strict or k != "at"}, sort_keys=True) for r in rows)
 
 
-def check(case: dict[str, Any], state_dir: str, strict: bool = True) -> list[str]:
+def check(case: dict[str, Any], state_dir: str, strict: bool = True, runner: Any = SPARK) -> list[str]:
     """The differences between what headrace emitted and what the case expects (empty: it passes)."""
     problems = []
     expected_dropped = [_row(e) for e in case["expected_dropped"]]
     if case["watermark_model"] == "micro_batch":
-        outputs, dropped, late_dropped = run_micro_batch(case, state_dir)
+        outputs, dropped, late_dropped = run_micro_batch(case, state_dir, runner)
         if late_dropped != len(expected_dropped):
             problems.append(f"the run counted {late_dropped} late drops, the case {len(expected_dropped)}")
     else:
-        outputs, dropped = run_per_event(case, state_dir)
+        outputs, dropped = run_per_event(case, state_dir, runner)
     for label, got, want in (("output", bag(outputs, strict), bag(case["expected_output"], strict)),
                              ("dropped", bag(dropped), bag(expected_dropped))):
         problems += [f"missing {label} {row}" for row in sorted((want - got).elements())]
@@ -215,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cases", help="a JSON file of cases (the shared conformance format)")
     parser.add_argument("--relaxed", action="store_true", help="ignore the 'at' field")
     parser.add_argument("--only", help="run only the case with this id")
+    parser.add_argument("--local", action="store_true", help="run the cases with the local runner (no JVM)")
     args = parser.parse_args(argv)
     try:
         cases = json.loads(Path(args.cases).read_text())
@@ -227,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         with tempfile.TemporaryDirectory(prefix="headrace-case-") as state:
             try:
-                problems = check(case, state, strict=not args.relaxed)
+                problems = check(case, state, strict=not args.relaxed, runner=LOCAL if args.local else SPARK)
             except Exception as exc:  # noqa: BLE001 - a case that crashes is a failed case
                 problems = [f"error: {type(exc).__name__}: {exc}"]
         print(f"{'ok  ' if not problems else 'FAIL'} {case['id']} [{case['watermark_model']}]", flush=True)
