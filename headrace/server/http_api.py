@@ -146,9 +146,10 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET":
                 return 200, [entry.public() for entry in api.supervisor.registry.all()]
             body = self._json_body()
-            unknown = set(body) - {"file", "name"}
+            unknown = set(body) - {"file", "name", "fresh"}
             if unknown:
-                raise Refused(400, f"unknown field(s) {', '.join(sorted(unknown))}: give file and, if you like, name")
+                raise Refused(400, f"unknown field(s) {', '.join(sorted(unknown))}: give file and, if you like, name "
+                                   "and fresh")
             name = body.get("name")
             if name is not None and (not isinstance(name, str) or not name):
                 raise Refused(400, f"name must be the pipeline's name on the server, got {name!r}: leave it out to "
@@ -156,8 +157,11 @@ class Handler(BaseHTTPRequestHandler):
             file = body.get("file")
             if not isinstance(file, str) or not file:
                 raise Refused(400, "give the pipeline's file as \"file\": a path on the server's machine")
+            fresh = body.get("fresh", False)
+            if not isinstance(fresh, bool):
+                raise Refused(400, f"fresh must be true or false, got {fresh!r}")
             asked_at = time.time()
-            entry, started = api.supervisor.submit(file, name)
+            entry, started = api.supervisor.submit(file, name, fresh=fresh)
             return (201, self._operation(entry, "submit", asked_at)) if started else (200, entry.public())
         if method == "GET" and (match := FIGURES.match(path)):
             return 200, api.metrics.figures(api.supervisor.existing(match.group(1)))
@@ -199,7 +203,10 @@ class Handler(BaseHTTPRequestHandler):
                 if drain:
                     return 200, self._operation(api.supervisor.drain(name), "drain", asked_at)
                 return 200, self._operation(api.supervisor.stop(name, now=now), action, asked_at)
-            if action in ("pause", "resume", "restart"):
+            if action == "restart":
+                fresh = _boolean(query.get("fresh", "false"), "fresh")
+                return 200, self._operation(api.supervisor.restart(name, fresh=fresh), action, asked_at)
+            if action in ("pause", "resume"):
                 return 200, self._operation(getattr(api.supervisor, action)(name), action, asked_at)
             if action == "upgrade":
                 file = self._json_body().get("file")

@@ -68,7 +68,9 @@ OPENAPI: dict[str, Any] = {
                 "status": {"type": "string", "enum": ["running", "done", "failed"]}, "detail": {"type": "string"},
                 "started_at": {"type": "number"}, "ended_at": {"type": "number", "nullable": True}}},
             "Submit": {"type": "object", "required": ["file"], "additionalProperties": False, "properties": {
-                "file": {"type": "string", "minLength": 1}, "name": {"type": "string", "minLength": 1}}},
+                "file": {"type": "string", "minLength": 1}, "name": {"type": "string", "minLength": 1},
+                "fresh": {"type": "boolean", "description": "delete its checkpoint first and start over from the "
+                                                            "beginning of its input"}}},
         },
     },
     "security": [{"token": []}],
@@ -83,7 +85,9 @@ OPENAPI: dict[str, Any] = {
                                    "200": {"description": "already running", **_PIPELINE_REF},
                                    "400": _error("bad input, or a pipeline that does not build"),
                                    "401": _error("no token"), "403": _error("a file outside the allowed directories"),
-                                   "409": _error("the name runs another file")}}},
+                                   "409": _error("the name runs another file, or its checkpoint cannot be "
+                                                 "continued (drained, or changed in a way it cannot follow)"),
+                                   "422": _error("loading the file did not finish in time")}}},
         "/api/operations/{id}": {"get": {
             "summary": "an operation a request began (submit, stop, pause, resume, restart, upgrade): running until "
                        "what it asked for has happened, then done, or failed saying why",
@@ -152,19 +156,23 @@ OPENAPI: dict[str, Any] = {
         "/api/pipelines/{name}/{action}": {"post": {
             "summary": "stop (at a batch boundary; ?now=true at once; ?drain=true reads what the sources hold, "
                        "fires every window and ends the pipeline for good), pause (at a batch boundary) and resume, "
-                       "restart from the checkpoint, upgrade to another file (body {\"file\": ...}; refused with "
+                       "restart from the checkpoint (?fresh=true: with the checkpoint deleted, from the "
+                       "beginning of the input), upgrade to another file (body {\"file\": ...}; refused with "
                        "the reasons when its checkpoint cannot be kept), rescale its keyed state (body "
                        "{\"partitions\": N}), or remove a stopped pipeline",
             "parameters": [_name_parameter(), {"name": "action", "in": "path", "required": True,
                                                "schema": {"type": "string", "enum": list(ACTIONS)}},
                            {"name": "now", "in": "query", "schema": {"type": "boolean"}},
-                           {"name": "drain", "in": "query", "schema": {"type": "boolean"}}],
+                           {"name": "drain", "in": "query", "schema": {"type": "boolean"}},
+                           {"name": "fresh", "in": "query", "schema": {"type": "boolean"}}],
             "requestBody": {"required": False, "content": {"application/json": {"schema": {
                 "type": "object", "properties": {"file": {"type": "string"},
                                                  "partitions": {"type": "integer", "minimum": 1,
                                                                 "maximum": MAX_PARTITIONS}}}}}},
             "responses": {"200": {"description": "done", **_PIPELINE_REF}, "400": _error("bad input"),
                           "401": _error("no token"), "404": _error("no such pipeline or action"),
-                          "409": _error("not in a state for it")}}},
+                          "409": _error("not in a state for it, or refused with the reason (a drained "
+                                        "checkpoint, no keyed state to rescale)"),
+                          "422": _error("loading the file did not finish in time")}}},
     },
 }

@@ -1,5 +1,6 @@
 """What the server knows of each pipeline, kept in SQLite (``<state dir>/server.sqlite``) so that
-a restarted server finds the pipelines it started, and their driver processes, again."""
+a restarted server finds the pipelines it started, and their driver processes, again; and
+``Refused``, a request the server turns down."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ STARTING, RUNNING, RESTARTING, STOPPING, STOPPED, PAUSED, FINISHED, FAILED, RESC
     "starting", "running", "restarting", "stopping", "stopped", "paused", "finished", "failed", "rescaling",
     "draining")
 LIVE = (STARTING, RUNNING, RESTARTING, STOPPING, DRAINING)  # a driver runs, or is to run again if it ends
+
+
+class Refused(Exception):
+    """A request the server turns down: ``status`` is the HTTP status, the message one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def exception_key(message: str) -> str:

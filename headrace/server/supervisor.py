@@ -1,12 +1,19 @@
-"""The server's driver processes: one per pipeline, each the leader of its own process group, so
-that one failing pipeline never takes another (or the server) down.
+"""The server's driver processes: one per pipeline, each the leader of its own session (and
+process group), so that one failing pipeline never takes another (or the server) down.
 
 A driver that ends without being asked to is restarted from its checkpoint under the restart
 strategy (``headrace/runtime/restarts.py``: by default 3 restarts within 10 minutes, waiting
 1 s, then 2 s, then 4 s); one whose input ended (exit status 0) is finished. A driver leaves its
 exit status in ``driver.exit`` beside its log (``headrace/server/driver.py``); none there means
-it was killed. The drivers do not depend on the server: a server killed and started again finds
-them in its registry and watches them again.
+it was killed. A killed driver's other processes (its ``headrace run`` when the leader alone was
+killed, Spark's JVM, Spark's Python workers) get SIGKILL, and no other driver takes the
+checkpoint until every one of them has ended: an old JVM could otherwise still commit a batch
+beside the new driver. The drivers do not depend on the server: a server killed and started
+again finds them in its registry and watches them again.
+
+A request a driver would refuse (a drained checkpoint, a plan the checkpoint cannot continue, a
+rescale with no keyed state) is refused at once (``preflight.py``), and so is a request that
+makes no sense in the pipeline's status (409): none starts a driver to fail.
 """
 
 from __future__ import annotations
@@ -23,8 +30,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from headrace.environment.checkpoints import pipeline_root
 from headrace.runtime.restarts import RestartPolicy
+from headrace.server import preflight
+from headrace.server.driver import end_session, session_processes
 from headrace.server.operations import Operations
+from headrace.server.pipeline_dirs import pipeline_roots
 from headrace.server.registry import (
     DRAINING,
     FAILED,
@@ -38,6 +49,7 @@ from headrace.server.registry import (
     STOPPED,
     STOPPING,
     Entry,
+    Refused,
     Registry,
 )
 from headrace.server.standby_pool import NEEDS_COLD_START, StandbyPool, process_alive
@@ -48,23 +60,26 @@ ERROR_PREFIX = "headrace: "
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 WATCH_EVERY_S = 0.25
 SETTLE_AT_MOST_S = 12.0  # a driver started this long ago counts as settled, its first batch committed or not
-EXPLAIN_TIMEOUT_S = 120.0
-
-
-class Refused(Exception):
-    """A request the server turns down: ``status`` is the HTTP status, the message one line."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+ENDING_SESSION = "its driver ended; ending the driver's other processes before another driver takes its checkpoint"
+SESSION_END_WAIT_S = 10.0  # how long a request waits for a dead driver's last processes to end after SIGKILL
+# what a pipeline in each status that refuses a request can be asked instead
+INSTEAD = {STOPPED: "it runs no driver; restart starts it again from its checkpoint",
+           PAUSED: "it runs no driver; resume goes on from its checkpoint",
+           FINISHED: "it runs no driver; restart runs it again from its checkpoint, remove forgets it",
+           FAILED: "it runs no driver; restart starts it again from its checkpoint (its exceptions say why it "
+                   "failed)",
+           STOPPING: "wait until it has stopped", DRAINING: "wait until its drain has finished it",
+           RESCALING: "wait until its rescale has started it again"}
 
 
 class Supervisor:
     """Starts, watches, restarts and stops the drivers of the pipelines in ``registry``."""
 
     def __init__(self, registry: Registry, operations: Operations, state_dir: str, allowed: list[str],
-                 policy: Callable[[], RestartPolicy] = RestartPolicy.of, standby: bool = False) -> None:
+                 policy: Callable[[], RestartPolicy] = RestartPolicy.of, standby: bool = False,
+                 load_timeout_s: float = preflight.LOAD_TIMEOUT_S) -> None:
         self.registry, self.operations, self.state_dir = registry, operations, os.path.abspath(state_dir)
+        self.load_timeout_s = load_timeout_s  # how long building a submitted file's plan may take
         self.standbys = StandbyPool(os.path.join(self.state_dir, "standby")) if standby else None
         self.allowed = [os.path.realpath(folder) for folder in allowed]
         self._policy, self._policies = policy, dict[str, RestartPolicy]()
@@ -91,36 +106,74 @@ class Supervisor:
     def close(self) -> None:
         """Stop watching; the drivers go on running (an idle standby ends)."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         if self.standbys is not None:
             self.standbys.close()
 
     # -- requests -----------------------------------------------------------------------------------
 
-    def submit(self, file: str, name: str | None) -> tuple[Entry, bool]:
+    def submit(self, file: str, name: str | None, fresh: bool = False) -> tuple[Entry, bool]:
         """The pipeline of ``file`` started (or the one already running under that name and file);
-        whether it was started now."""
+        whether it was started now. ``fresh``: its checkpoint deleted first, to start over."""
         path = self._allowed_file(file)
-        built = self._pipeline_name(path)
+        built = preflight.pipeline_name(path, self.load_timeout_s)
         name = name or built
         if not NAME.match(name):
             raise Refused(400, f"pipeline name {name!r} must be 1-100 letters, digits, _ or -")
+        state_dir = os.path.join(self.state_dir, "pipelines", name)
+        if self._running_already(name, path, fresh) is None:
+            self._check_start(path, state_dir, built, name, fresh, "starting it")
         with self._lock:
-            entry = self.registry.get(name)
-            if entry is not None and entry.status in LIVE:
-                if entry.file != path:
-                    raise Refused(409, f"pipeline {name!r} already runs {entry.file}; stop and remove it first, or "
-                                       "submit under another --name")
+            entry = self._running_already(name, path, fresh)
+            if entry is not None:
                 return entry, False
-            now = time.time()
-            entry = Entry(name, path, os.path.join(self.state_dir, "pipelines", name), STARTING, True,
-                          submitted_at=entry.submitted_at if entry else now)
+            previous = self.registry.get(name)
+            entry = Entry(name, path, state_dir, STARTING, True,
+                          submitted_at=previous.submitted_at if previous else time.time())
+            self._await_session_end(previous)
+            if fresh:
+                self._forget_checkpoint(entry, built)
             self._policies[name] = self._policy()
             self._launch(entry)
             return entry, True
 
+    def _running_already(self, name: str, path: str, fresh: bool) -> Entry | None:
+        """The pipeline ``name`` when it runs ``path`` already; refused when it runs another file,
+        or runs and is asked to start ``fresh``, or is being rescaled."""
+        entry = self.registry.get(name)
+        if entry is not None and entry.status == RESCALING:
+            raise Refused(409, f"pipeline {name!r} is being rescaled; {INSTEAD[RESCALING]}")
+        if entry is None or entry.status not in LIVE:
+            return None
+        if entry.file != path:
+            raise Refused(409, f"pipeline {name!r} already runs {entry.file}; stop and remove it first, or "
+                               "submit under another --name")
+        if fresh:
+            raise Refused(409, f"pipeline {name!r} is {entry.status}: a fresh start would delete the checkpoint "
+                               f"its driver runs on; restart it with ?fresh=true (headrace restart {name} --fresh) "
+                               "to stop it first")
+        return entry
+
+    def _check_start(self, path: str, state_dir: str, built: str, name: str, fresh: bool, what: str) -> None:
+        """Refuse at once (409) a start its driver would refuse: its checkpoint was drained, or
+        ``path``'s plan cannot continue it; a ``fresh`` start keeps no checkpoint."""
+        if fresh:
+            return
+        root = pipeline_root(state_dir, built)
+        preflight.refuse_drained([root], name)
+        if preflight.has_checkpoint(root):
+            preflight.refuse_incompatible(path, state_dir, f"{what} is refused", f"undo the change, or "
+                                          f"{preflight.FRESH_HINT}", self.load_timeout_s)
+
+    @staticmethod
+    def _forget_checkpoint(entry: Entry, built: str) -> None:
+        """A fresh start: the pipeline's checkpoint and the figures of its batches deleted."""
+        preflight.start_fresh(entry.state_dir, built, also=(os.path.join(entry.state_dir, PROGRESS_FILE),))
+
     def stop(self, name: str, now: bool = False) -> Entry:
         """Ask the pipeline's driver to stop at a batch boundary (``now``: at once); it is not restarted."""
+        self._refuse_when(name, "stop", FINISHED, FAILED)
         return self._end_driver(name, "stop requested", self._stopped, now=now)
 
     def drain(self, name: str) -> Entry:
@@ -131,11 +184,13 @@ class Supervisor:
             entry = self.existing(name)
             if entry.status in (FINISHED, FAILED):
                 raise Refused(409, f"pipeline {name!r} is {entry.status}; there is nothing to drain")
+            self._refuse_when(name, "drain", RESCALING)
             _drain_mark(entry).touch()
             return self._end_driver(name, "drain requested", self._launch, status=DRAINING)
 
     def pause(self, name: str) -> Entry:
         """Stop consuming at a batch boundary, keeping the checkpoint: ``resume`` goes on from it."""
+        self._refuse_when(name, "pause", STOPPED, FINISHED, FAILED, STOPPING, DRAINING, RESCALING)
         return self._end_driver(name, "pause requested", self._paused)
 
     def resume(self, name: str) -> Entry:
@@ -147,31 +202,45 @@ class Supervisor:
             self._launch(entry)
             return entry
 
-    def restart(self, name: str) -> Entry:
-        """Stop the pipeline's driver at a batch boundary, then start a new one from the checkpoint."""
+    def restart(self, name: str, fresh: bool = False) -> Entry:
+        """Stop the pipeline's driver at a batch boundary, then start a new one from the checkpoint
+        (``fresh``: with the checkpoint deleted, from the beginning of the input)."""
+        entry = self._refuse_when(name, "restart", RESCALING)
+        built = preflight.pipeline_name(entry.file, self.load_timeout_s)
+        self._check_start(entry.file, entry.state_dir, built, name, fresh, "restarting it")
+
+        def start_again(ended: Entry) -> None:
+            if fresh:
+                try:
+                    self._forget_checkpoint(ended, built)
+                except Refused as refused:  # another process took the checkpoint's lease meanwhile
+                    ended.status, ended.wanted, ended.reason = FAILED, False, f"the fresh start failed: {refused}"
+                    return
+            self._launch(ended)
+
         with self._lock:
-            entry = self.existing(name)
+            entry = self._refuse_when(name, "restart", RESCALING)
             if not self._running(entry.pid):
+                self._await_session_end(entry)
+                if fresh:
+                    self._forget_checkpoint(entry, built)
                 self._policies[name] = self._policy()
                 self._launch(entry)
                 return entry
-            return self._end_driver(name, "restart requested", self._launch, status=RESTARTING)
+            return self._end_driver(name, "restart requested", start_again, status=RESTARTING)
 
     def upgrade(self, name: str, file: str) -> Entry:
         """Run ``file``'s pipeline in place of the running one, from its checkpoint, once the compatibility
         rules (``headrace explain --against-checkpoint``) allow it; otherwise refused, and the old one runs on."""
         path = self._allowed_file(file)
-        entry = self.existing(name)
-        built, running = self._pipeline_name(path), self._pipeline_name(entry.file)
+        entry = self._refuse_when(name, "upgrade", RESCALING)
+        built, running = (preflight.pipeline_name(file, self.load_timeout_s) for file in (path, entry.file))
         if built != running:
             raise Refused(409, f"{file} builds pipeline {built!r}, not {running!r}: its checkpoint is another one; "
                                "submit it as a pipeline of its own")
-        verdict = subprocess.run([sys.executable, "-m", "headrace.cli", "explain", path, "--against-checkpoint",
-                                  "--state-dir", entry.state_dir], capture_output=True, text=True,
-                                 timeout=EXPLAIN_TIMEOUT_S, check=False)
-        if verdict.returncode != 0:
-            reasons = "; ".join(line.strip() for line in (verdict.stdout + verdict.stderr).splitlines() if line.strip())
-            raise Refused(409, f"the upgrade is refused, {entry.name!r} runs on: {reasons}")
+        refused = f"the upgrade is refused, {entry.name!r} runs on"
+        preflight.refuse_drained(pipeline_roots(entry), name)
+        preflight.refuse_incompatible(path, entry.state_dir, refused, timeout_s=self.load_timeout_s)
 
         def take_over(ended: Entry) -> None:
             ended.file = path
@@ -186,12 +255,19 @@ class Supervisor:
     def rescale(self, name: str, partitions: int) -> Entry:
         """Stop the pipeline at a batch boundary, spread its keyed state over ``partitions``
         (``headrace rescale``, Spark's offline repartition), then start it again; a rescale that
-        fails leaves the pipeline failed, its error among its exceptions and its checkpoint as it was."""
-        entry = self.existing(name)
-        if entry.status == RESCALING:
-            raise Refused(409, f"pipeline {name!r} is being rescaled already")
+        fails leaves the pipeline failed, its error among its exceptions and its checkpoint as it was.
+        What ``headrace rescale`` would refuse is refused at once."""
+        entry = self._refuse_when(name, "rescale", RESCALING, STOPPING, DRAINING)
+        preflight.refuse_rescale(pipeline_roots(entry), name, partitions, self._running(entry.pid))
         return self._end_driver(name, f"rescale to {partitions} state partitions requested",
                                 lambda ended: self._rescale(ended, partitions), status=STOPPING)
+
+    def _refuse_when(self, name: str, action: str, *statuses: str) -> Entry:
+        """The pipeline, unless it is in one of ``statuses``, where ``action`` makes no sense (409)."""
+        entry = self.existing(name)
+        if entry.status in statuses:
+            raise Refused(409, f"cannot {action} pipeline {name!r}: it is {entry.status}; {INSTEAD[entry.status]}")
+        return entry
 
     def _rescale(self, entry: Entry, partitions: int) -> None:
         """Rescale the stopped pipeline in a thread of its own (a Spark job: the watch goes on)."""
@@ -227,6 +303,7 @@ class Supervisor:
             entry = self.existing(name)
             self._due.pop(name, None)
             if not self._running(entry.pid):
+                self._await_session_end(entry)
                 entry.pid = 0
                 then(entry)
                 return self.registry.put(entry)
@@ -253,12 +330,8 @@ class Supervisor:
             self.registry.remove(name)
 
     def logs(self, name: str, lines: int) -> str:
-        entry = self.existing(name)
-        try:
-            with open(os.path.join(entry.state_dir, DRIVER_LOG), encoding="utf-8", errors="replace") as log:
-                return "".join(log.readlines()[-lines:])
-        except FileNotFoundError:
-            return ""
+        """The last ``lines`` lines of the pipeline's driver log (a line per batch, what its sinks print)."""
+        return tail(os.path.join(self.existing(name).state_dir, DRIVER_LOG), lines)
 
     def existing(self, name: str) -> Entry:
         entry = self.registry.get(name)
@@ -274,6 +347,19 @@ class Supervisor:
 
     # -- checks before a start ----------------------------------------------------------------------
 
+    def _await_session_end(self, entry: Entry | None) -> None:
+        """Wait (a request's thread) until the processes of the pipeline's last driver, which has
+        ended, have all ended too, sending them SIGKILL; refused when they do not end in time."""
+        if entry is None or not entry.pid:
+            return
+        deadline = time.monotonic() + SESSION_END_WAIT_S
+        while end_session(entry.pid):
+            if time.monotonic() > deadline:
+                raise Refused(409, f"the processes of pipeline {entry.name!r}'s last driver "
+                                   f"({', '.join(map(str, session_processes(entry.pid)))}) have not ended "
+                                   f"{SESSION_END_WAIT_S:g} s after SIGKILL; ask again once they have")
+            time.sleep(0.02)
+
     def _allowed_file(self, file: str) -> str:
         try:
             path = os.path.realpath(file)
@@ -286,16 +372,6 @@ class Supervisor:
         if not os.path.isfile(path):
             raise Refused(400, f"no file {file}")
         return path
-
-    def _pipeline_name(self, path: str) -> str:
-        """The pipeline's name, from ``headrace explain --json`` (which builds the plan without Spark):
-        a pipeline that does not build is refused with its error."""
-        done = subprocess.run([sys.executable, "-m", "headrace.cli", "explain", path, "--json"], capture_output=True,
-                              text=True, timeout=EXPLAIN_TIMEOUT_S, check=False)
-        if done.returncode != 0:
-            error = (done.stderr.strip().splitlines() or ["headrace explain failed"])[-1]
-            raise Refused(400, error.removeprefix("headrace: "))
-        return str(json.loads(done.stdout)["pipeline"])
 
     # -- drivers ------------------------------------------------------------------------------------
 
@@ -317,7 +393,7 @@ class Supervisor:
         self._settling[entry.name] = time.time()
         if child is None:
             command = [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
-                       "--state-dir", entry.state_dir, "--quiet", *(["--drain"] if draining else [])]
+                       "--state-dir", entry.state_dir, *(["--drain"] if draining else [])]
             environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "HEADRACE_PROGRESS_LOG": progress}
             with open(log, "ab") as out:
                 child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -355,7 +431,7 @@ class Supervisor:
                 del self._due[entry.name]
                 self._launch(entry)
             return
-        if entry.status not in LIVE or self._running(entry.pid):
+        if entry.status not in LIVE or self._running(entry.pid) or self._session_left(entry):
             return
         status = self._exit_status(entry)
         entry.last_exit, entry.pid = status, 0
@@ -376,6 +452,15 @@ class Supervisor:
         else:
             self._after_crash(entry, "killed" if status is None else f"exit status {status}")
         self.registry.put(entry)
+
+    def _session_left(self, entry: Entry) -> bool:
+        """Whether processes of the pipeline's driver, which has ended, are left: those get SIGKILL
+        (looked at again on the next round), and the driver's end is handled once none is left."""
+        left = end_session(entry.pid)
+        if left and not entry.reason.startswith(ENDING_SESSION):
+            entry.reason = f"{ENDING_SESSION} ({len(left)} left: Spark's JVM, Python workers)"
+            self.registry.put(entry)
+        return bool(left)
 
     def _settled(self) -> bool:
         """Whether every driver started lately has committed its first batch (or has been running
@@ -430,6 +515,22 @@ class Supervisor:
         entry.restarts += 1
         entry.status, entry.reason = RESTARTING, f"driver {how}; restarting from its checkpoint in {delay:g} s"
         self._due[entry.name] = time.time() + delay
+
+
+def tail(path: str, lines: int, block: int = 64 * 1024) -> str:
+    """The last ``lines`` lines of the file at ``path`` ("" when there is none), read from its end: a
+    driver's log grows by a line per batch."""
+    try:
+        with open(path, "rb") as log:
+            end = start = log.seek(0, os.SEEK_END)
+            data = b""
+            while start > 0 and data.count(b"\n") <= lines:
+                start = max(0, start - block)
+                log.seek(start)
+                data = log.read(end - start)
+    except FileNotFoundError:
+        return ""
+    return "".join(data.decode("utf-8", errors="replace").splitlines(keepends=True)[-lines:])
 
 
 def _drain_mark(entry: Entry) -> Path:
