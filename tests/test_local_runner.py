@@ -191,3 +191,11 @@ def test_a_run_imports_nothing_of_pyspark():
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_example_of_docs_testing_md_runs_as_written():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "testing.md").read_text()
+    code = doc.split("## Testing without a JVM", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {"__name__": "docs_testing_local"}
+    exec(compile(code, "docs/testing.md", "exec"), namespace)
+    namespace["test_counts_without_a_jvm"]()
