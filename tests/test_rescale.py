@@ -158,3 +158,58 @@ def test_rescale_refuses_what_it_cannot_do(spark, tmp_path):
         rescale(p, 4, state_dir=str(tmp_path))
     with pytest.raises(hr.HeadraceError, match=r"the number of partitions must be a positive integer, got 0"):
         rescale(p, 0, state_dir=str(tmp_path))
+
+
+def test_a_rescaled_pipeline_killed_after_running_on_restarts_to_exact_output(spark, tmp_path):
+    """A keyed running total into two Files sinks (a directory per batch): stopped, rescaled (the
+    rescale's batch reaches no sink), run on, its driver's process group SIGKILLed, started
+    again: each sink holds plain Python's running totals, each once."""
+    from driver_process import Driver, KilledRun
+    from input_files import write_in_order
+    from rescale_driver import pipeline
+
+    from headrace.connectors.files_sink import read_rows
+
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    files = [[{"key": key, "v": 10 * number + index} for index, key in enumerate("abcdef")] for number in range(9)]
+    args = {"name": "rescaled_files", "state_dir": str(tmp_path / "state"), "input": str(inbox),
+            "out": str(tmp_path / "out"), "copy": str(tmp_path / "copy")}
+    run, log = KilledRun(Path(__file__).parent / "rescale_driver.py", args, tmp_path / "driver.log"), tmp_path / "log"
+
+    def offer(numbers: range) -> None:
+        for number in numbers:
+            write_in_order(inbox / f"{number}.jsonl", "".join(json.dumps(r) + "\n" for r in files[number]), number)
+
+    def written(sink: str) -> list[dict]:
+        return read_rows(args[sink], "jsonl") if os.path.isdir(args[sink]) else []
+
+    def rows_of(numbers: range) -> int:
+        return sum(len(files[number]) for number in numbers)
+
+    offer(range(3))
+    first = Driver(run.script, args, log)
+    first.wait_for("the first 3 files in both sinks", lambda: len(written("copy")) == rows_of(range(3)))
+    first.stop()
+    checkpoint = str(tmp_path / "state" / args["name"] / "checkpoint")
+    before = state_partitions(checkpoint)
+    assert before is not None
+    assert rescale(pipeline(args), before + 1, state_dir=args["state_dir"]) == before
+    rescaled_at = run.committed() - 1  # the rescale's batch, committed and never given to a sink
+
+    offer(range(3, 9))
+    run.kill_when("two batches after the rescale's in both sinks",
+                  lambda: len(written("copy")) >= rows_of(range(5)))
+    assert state_partitions(checkpoint) == before + 1
+    last = Driver(run.script, args, log)
+    last.wait_for("every file in both sinks", lambda: len(written("copy")) == rows_of(range(9)))
+    last.stop()
+
+    totals: dict[str, int] = {}
+    expected = []
+    for record in (record for rows in files for record in rows):
+        totals[record["key"]] = totals.get(record["key"], 0) + record["v"]
+        expected.append((record["key"], totals[record["key"]]))
+    for sink in ("out", "copy"):
+        assert sorted((r["key"], r["total"]) for r in written(sink)) == sorted(expected), sink
+        assert not (Path(args[sink]) / f"batch-{rescaled_at:012d}").exists()

@@ -127,6 +127,51 @@ def test_file_sink_rejects_bad_arguments():
         FileSink("s3://bucket/x")
 
 
+class JsonLinesBatch:
+    """A micro-batch as the Files sink writes it (``df.write.mode(...).json(folder)``), without
+    Spark: one part file of JSON lines in a new folder."""
+
+    def __init__(self, rows):
+        self.rows, self.write = rows, self
+
+    def mode(self, mode):
+        assert mode == "errorifexists"
+        return self
+
+    def json(self, folder):
+        os.makedirs(folder)
+        with open(os.path.join(folder, "part-00000.json"), "w") as out:
+            out.writelines(json.dumps(row) + "\n" for row in self.rows)
+
+
+@pytest.mark.fast
+def test_file_sink_batches_it_was_never_given_are_not_lost_ones(tmp_path):
+    """One directory per batch, as the writer drives a bound sink across restarts: batch 3 is a
+    rescale's, which reaches no sink, so a start after the run that followed it goes on; a
+    directory removed later, in the middle or the last one, still stops the start."""
+    out, run_dir = tmp_path / "out", str(tmp_path / "p" / "run")
+
+    def started():
+        sink = FileSink(str(out), format="jsonl").bind("out/p@0001")
+        sink.prepare(run_dir)
+        return sink
+
+    def write(sink, *batches):
+        for batch in batches:
+            sink.write_batch(JsonLinesBatch([{"batch": batch}]), batch)
+
+    write(started(), 0, 1, 2)
+    write(started(), 4, 5)  # after the rescale's batch 3
+    write(started(), 6)
+    assert [row["batch"] for row in read_rows(str(out), "jsonl")] == [0, 1, 2, 4, 5, 6]
+    started()
+    for batch in (6, 1):
+        os.rename(out / f"batch-{batch:012d}", tmp_path / f"away-{batch}")
+    with pytest.raises(SinkError, match=r"^sink 'out': the directory '.*' lost the directories of batches 1, 6 after "
+                                        r"this sink committed batches 0-6 into it \(run record "):
+        started()
+
+
 # -- PostgreSQL -----------------------------------------------------------------
 
 

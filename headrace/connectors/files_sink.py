@@ -26,6 +26,12 @@ pipeline starts and finds it removed, emptied (no manifest and no batch director
 missing batch directories between the first and the last, and, with one directory per
 batch, when a batch finds the directory of the last one it committed gone, the sink
 stops instead of writing on, unless ``rewrite=True``.
+
+Not every batch id reaches the sink: a rescale adds a batch of its own to the checkpoint that
+reads no input and runs no sink (``headrace/runtime/rescale.py``), and a failover group gives
+a member only the batches the members before it failed to write. When a batch comes more than
+one after the last one the sink committed, the ids between are kept in the record as never
+given (``skipped``), so that their missing directories are not taken for lost ones.
 """
 
 from __future__ import annotations
@@ -134,7 +140,7 @@ class FileSink(SinkConnector):
 
     def _reset(self) -> None:
         self._record_path: str | None = None  # where the run record of a bound sink lives
-        self._record: dict[str, Any] | None = None  # {"identity", "path", "first", "last"}
+        self._record: dict[str, Any] | None = None  # {"identity", "path", "first", "last", "skipped"}
         self._last_committed: int | None = None  # the last batch this sink knows is in the directory
 
     def bind(self, owner: str, defined_at: str = "") -> FileSink:
@@ -190,17 +196,22 @@ class FileSink(SinkConnector):
             if self._record is None:  # a first start here (or a directory written before records were kept)
                 self._record = {"first": batches[0] if batches else None, "last": None}
             seen = [self._record.get("last"), self._last_committed, _manifest_last(self.root)]
-            self._save_record(self._record.get("first"), max((b for b in seen if b is not None), default=None))
+            self._save_record(self._record.get("first"), max((b for b in seen if b is not None), default=None),
+                              _skipped(self._record))
 
     def _check_at_start(self, batches: list[int]) -> None:
         root = self.root
-        first = (self._record or {}).get("first")
+        record = self._record or {}
+        first, manifest = record.get("first"), os.path.isdir(os.path.join(root, MANIFEST))
         if not os.path.isdir(root):
             self._lost_batches("was removed")
-        elif not batches and not os.path.isdir(os.path.join(root, MANIFEST)):
+        elif not batches and not manifest:
             self._lost_batches("was emptied")
         elif first is not None and batches:
-            gaps = sorted(set(range(first, batches[-1] + 1)) - set(batches))
+            # up to the last batch committed, which Spark's layout (a manifest) does not keep here
+            last = batches[-1] if manifest else max(batches[-1], record.get("last") or 0)
+            never_given = {batch for low, high in _skipped(record) for batch in range(low, high + 1)}
+            gaps = sorted(set(range(first, last + 1)) - set(batches) - never_given)
             if gaps:
                 shown = ", ".join(map(str, gaps[:10])) + (", ..." if len(gaps) > 10 else "")
                 self._lost_batches(f"lost the directories of batch{'es' if len(gaps) > 1 else ''} {shown}")
@@ -215,7 +226,7 @@ class FileSink(SinkConnector):
             warnings.warn(f"{self._where()}: the directory {self.path!r} {found} after this sink {before}; "
                           "rewrite=True: writing on, and those batches are gone", stacklevel=3)
             if self._record is not None:
-                self._record = {**self._record, "first": None, "last": None}
+                self._record = {**self._record, "first": None, "last": None, "skipped": []}
             return
         detail = f" (run record {self._record_path})" if self._record_path else ""
         raise SinkError(
@@ -237,9 +248,9 @@ class FileSink(SinkConnector):
             return None
         return record
 
-    def _save_record(self, first: int | None, last: int | None) -> None:
+    def _save_record(self, first: int | None, last: int | None, skipped: list[list[int]]) -> None:
         assert self._record_path is not None
-        self._record = {"identity": self.owner, "path": self.root, "first": first, "last": last}
+        self._record = {"identity": self.owner, "path": self.root, "first": first, "last": last, "skipped": skipped}
         temporary = f"{self._record_path}.{uuid.uuid4().hex}.tmp"
         try:
             os.makedirs(os.path.dirname(self._record_path), exist_ok=True)
@@ -310,8 +321,16 @@ class FileSink(SinkConnector):
         _fsync_dir(root)
         self._last_committed = batch_id
         if self._record_path is not None:
-            first = (self._record or {}).get("first")
-            self._save_record(batch_id if first is None else first, batch_id)
+            self._record_batch(batch_id)
+
+    def _record_batch(self, batch_id: int) -> None:
+        """Record the batch as committed, and the ids between the last one and it as never given
+        to this sink (a rescale's batch; those a failover group gave another member)."""
+        record = self._record or {}
+        first, last, skipped = record.get("first"), record.get("last"), _skipped(record)
+        if first is not None and last is not None and batch_id > last + 1:
+            skipped = [*skipped, [last + 1, batch_id - 1]]
+        self._save_record(batch_id if first is None else first, batch_id, skipped)
 
     def _check_last_batch(self) -> bool:
         """Whether the directory still holds the last batch this sink committed; stop when it
@@ -346,6 +365,19 @@ def _batch_ids(root: str) -> list[int]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted(int(m.group(1)) for name in names if (m := _BATCH_DIR.match(name)))
+
+
+def _skipped(record: dict[str, Any]) -> list[list[int]]:
+    """The ranges of batch ids (first and last, both included) a run record says the sink was never
+    given; [] in a record written before they were kept.
+
+    >>> _skipped({"skipped": [[123, 123], [150, 152]]}), _skipped({"first": 0, "last": 7})
+    ([[123, 123], [150, 152]], [])
+    """
+    kept = record.get("skipped")
+    if not isinstance(kept, list):
+        return []
+    return [[int(low), int(high)] for low, high in kept]
 
 
 def _manifest_last(root: str) -> int | None:
