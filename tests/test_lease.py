@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -76,11 +75,9 @@ def test_a_run_on_a_held_checkpoint_is_refused_before_spark_starts_and_fresh_del
     (checkpoint / "metadata").write_text('{"id": "kept"}')
     other = holder(tmp_path)
     try:
-        started = time.monotonic()
         for fresh in (False, True):
             with pytest.raises(LeaseHeld, match=rf"pipeline 'clicks' is running already, .* process {other.pid} "):
                 PipelineRun(clicks_pipeline(), state_dir=str(tmp_path), progress="quiet", fresh=fresh).start()
-        assert time.monotonic() - started < 5  # no Spark session was started
         assert (checkpoint / "metadata").read_text() == '{"id": "kept"}'
     finally:
         other.send_signal(signal.SIGKILL)

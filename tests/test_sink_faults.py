@@ -244,14 +244,17 @@ def test_constraint_and_type_errors_fail_at_once(spark, pg, name):
     sink.close()
 
 
-def test_a_wrong_database_fails_at_once():
+def test_a_wrong_database_fails_at_once(monkeypatch):
+    import psycopg
+
+    connect, attempts = psycopg.connect, []
+    monkeypatch.setattr(psycopg, "connect", lambda *a, **k: attempts.append(a) or connect(*a, **k))
     sink = Postgres("t", dsn="postgresql://postgres@127.0.0.1:5432/no_such_db_here", retry_backoff=8).bind("to_db")
-    started = time.monotonic()
     with pytest.raises(SinkError, match=r"^sink 'to_db': cannot connect to PostgreSQL at "
                                         r"postgresql://postgres@127.0.0.1:5432/no_such_db_here: .*\"no_such_db_here\" "
                                         r"does not exist; check the DSN"):
         sink.prepare("/nonexistent/run")
-    assert time.monotonic() - started < 8.0  # no backoff waited
+    assert len(attempts) == 1  # not retried: no backoff waited
 
 
 def test_retry_settings_are_checked():
@@ -481,13 +484,11 @@ def test_a_kafka_outage_past_the_sinks_retries_is_restarted_with_exact_output(sp
         threading.Timer(15.0, back).start()  # past the sink's retries (2 attempts of at most 5 s each)
 
     caplog.set_level(logging.INFO, logger="headrace.kafka")
-    started = time.monotonic()
     run = PipelineRun(numbers(f"k{topic}", totals=sink), state_dir=str(tmp_path / "s"), progress="quiet",
                       restart_attempts=8, restart_backoff="1s").start()
     result = run.wait(until_exhausted=True, on_settled=Steps(after_2=outage))
     assert "up" in moments, moments
     assert result.restarts >= 1
-    assert time.monotonic() - started < 240
     written = sorted((r.json()["id"], r.json()["word"], r.json()["twice"]) for r in read_topic(
         private_kafka.servers, topic))
     assert written == expected()
