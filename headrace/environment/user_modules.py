@@ -13,8 +13,7 @@ modules and packages the driver has imported that are the user's own (neither th
 library's, nor an installed package's, nor headrace's or pyspark's) and that the workers cannot
 import as the same file, and has them pickled by value (``register_pickle_by_value``, with
 pyspark's cloudpickle and with the one operators' instances are pickled with): their code travels
-with the functions and classes that use it, and the workers need not find it on their path. Code
-edited between two runs in one process travels as it is at the second run.
+with the functions and classes that use it, and the workers need not find it on their path.
 
 Whether a worker can import a module is asked of the workers' Python itself, once per module:
 for a local master it runs on this machine, in the directory Spark's JVM started in, with the
