@@ -23,6 +23,7 @@ before. On a cluster the executors have other files: every user module travels b
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -68,6 +69,7 @@ def location(module: ModuleType) -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(folder) for folder in getattr(module, "__path__", None) or ()))
 
 
+@functools.cache
 def _standard_library() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     return tuple(os.path.realpath(paths[key]) + os.sep for key in ("stdlib", "platstdlib") if key in paths)
@@ -94,7 +96,9 @@ def user_modules() -> dict[str, ModuleType]:
     """The user's own top-level modules and packages the driver has imported, by name."""
     found = {}
     for name, module in list(sys.modules.items()):
-        if isinstance(module, ModuleType) and is_users(name, location(module)):
+        if "." in name or name in _NOT_USERS or not isinstance(module, ModuleType):
+            continue  # a submodule travels with its top-level package
+        if is_users(name, location(module)):
             found[name] = module
     return found
 
