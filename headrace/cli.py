@@ -269,6 +269,8 @@ def _report(result: Any, args: argparse.Namespace) -> None:
               f"{result.dead_letters} dead letters{restarts}, stopped: {result.stopped_by} ({result.elapsed_s} s)")
 
 
+FRESH_HELP = ("delete the pipeline's checkpoint first and start over from the beginning of its input (a drained "
+              "pipeline takes no other start)")
 WAIT_HELP = ("wait until it has happened: stopped, paused, or a new driver's query started; exit 1 if the "
              "pipeline failed or stopped first")
 
@@ -308,7 +310,8 @@ def _waited(client: Any, answer: dict[str, Any], wait: bool) -> tuple[dict[str, 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
-    body = {"file": os.path.abspath(args.file), **({"name": args.name} if args.name is not None else {})}
+    body = {"file": os.path.abspath(args.file), **({"name": args.name} if args.name is not None else {}),
+            **({"fresh": True} if args.fresh else {})}
     entry, status = _waited(client, client.call("POST", "/api/pipelines", body), args.wait)
     print(json.dumps(entry) if args.json else _show_pipeline(entry))
     return status
@@ -336,7 +339,7 @@ def cmd_pipeline_action(args: argparse.Namespace) -> int:
     elif args.command == "upgrade":
         answer = client.call("POST", f"{path}/upgrade", {"file": os.path.abspath(args.file)})
     else:
-        flags = "&".join(f"{flag}=true" for flag in ("now", "drain") if getattr(args, flag, False))
+        flags = "&".join(f"{flag}=true" for flag in ("now", "drain", "fresh") if getattr(args, flag, False))
         answer = client.call("POST", f"{path}/{args.command}" + (f"?{flags}" if flags else ""))
     answer, status = _waited(client, answer, getattr(args, "wait", False))
     print(json.dumps(answer) if getattr(args, "json", False) else
@@ -493,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="run a pipeline file on the server (idempotent)")
     submit.add_argument("file", metavar="FILE")
     submit.add_argument("--name", help="the pipeline's name on the server (default: the pipeline's own)")
+    submit.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     submit.add_argument("--json", action="store_true", help="the answer as JSON")
     submit.add_argument("--wait", action="store_true", help=WAIT_HELP)
     client_options(submit)
@@ -525,6 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
             ending.add_argument("--drain", action="store_true",
                                 help="end it for good: read what its sources hold now, fire every open window and "
                                      "timer, then finish (headrace run --drain)")
+        if action == "restart":
+            sub.add_argument("--fresh", action="store_true", help=FRESH_HELP)
         if action == "logs":
             sub.add_argument("--lines", type=int, default=200, help="how many of the last lines (default 200)")
         client_options(sub)
