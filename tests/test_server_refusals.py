@@ -267,3 +267,27 @@ def test_a_killed_drivers_other_processes_all_end_before_another_driver_starts(t
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_an_idle_standby_a_killed_server_left_is_ended_with_its_python_workers(tmp_path: Path):
+    """A new server ends the idle standby an old one left: every process of its session, Spark's
+    Python worker daemon (a process group of its own) too, not only its process group."""
+    from headrace.server.standby_pool import StandbyPool
+
+    standby = subprocess.Popen([sys.executable, "-c", FAKE_DRIVER], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    assert standby.stdout is not None
+    others = [int(pid) for pid in standby.stdout.readline().split()]
+    place = tmp_path / "standby" / "1-1"
+    place.mkdir(parents=True)
+    (place / "pid").write_text(str(standby.pid))
+    try:
+        StandbyPool(str(tmp_path / "standby"))
+        standby.wait(30)
+        until("the standby's processes ending", lambda: session_processes(standby.pid) == [])
+    finally:
+        for pid in [standby.pid, *others]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
+
+from headrace.server.driver import end_session
 
 NEEDS_COLD_START = 75  # a standby's exit status: the pipeline needs connector packages its JVM lacks
 RETRY_AFTER_S = 12.0  # how long after a standby died while starting the next one starts
@@ -105,7 +106,6 @@ class StandbyPool:
 
     @staticmethod
     def _end(pid: int) -> None:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """End an idle standby: every process of its session, its JVM and Spark's Python worker
+        daemon (a process group of its own) included."""
+        end_session(pid)
