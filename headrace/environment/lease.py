@@ -9,6 +9,12 @@ however it ends (SIGKILL included), so a lease is never left behind. The file na
 holder (process id, host, start time, the command), for the refusal of a second run to name
 it.
 
+The lease is the Python driver's: Spark's JVM, which the driver starts, does not hold it, and a
+SIGKILL of the driver's process alone leaves that JVM running for seconds, able to commit a
+batch. ``headrace server`` ends every process of a dead driver's session before another driver
+takes the checkpoint (``headrace/server/supervisor.py``); by hand, a driver is stopped with
+Ctrl-C or SIGTERM, or killed with its process group (docs/guarantees.md).
+
 The lock is the local file system's: on one machine, or on a shared file system whose locks
 span machines. A state dir on HDFS takes HDFS's own lease (``hdfs_lease.py``); one on an object
 store (``s3a://``, ``gs://``) takes none.
