@@ -234,7 +234,7 @@ class Supervisor:
         rules (``headrace explain --against-checkpoint``) allow it; otherwise refused, and the old one runs on."""
         path = self._allowed_file(file)
         entry = self._refuse_when(name, "upgrade", RESCALING)
-        built, running = (preflight.pipeline_name(file, self.load_timeout_s) for file in (path, entry.file))
+        built, running = (preflight.pipeline_name(each, self.load_timeout_s) for each in (path, entry.file))
         if built != running:
             raise Refused(409, f"{file} builds pipeline {built!r}, not {running!r}: its checkpoint is another one; "
                                "submit it as a pipeline of its own")
