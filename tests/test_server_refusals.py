@@ -291,3 +291,10 @@ def test_an_idle_standby_a_killed_server_left_is_ended_with_its_python_workers(t
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_file_that_prints_as_it_loads_is_submitted(supervisor: Supervisor, launches: list[Entry], tmp_path: Path):
+    file = pipeline_file(tmp_path)
+    file.write_text('print("loading orders", {"a": 1})\nprint("{")\n' + file.read_text())
+    entry, started = supervisor.submit(str(file), None)
+    assert started and entry.name == "orders" and [launched.name for launched in launches] == ["orders"]

@@ -97,7 +97,20 @@ def pipeline_name(path: str, timeout_s: float = LOAD_TIMEOUT_S) -> str:
     if done.returncode != 0:
         error = (done.stderr.strip().splitlines() or ["headrace explain failed"])[-1]
         raise Refused(400, error.removeprefix("headrace: "))
-    return str(json.loads(done.stdout)["pipeline"])
+    return str(printed_json(done.stdout)["pipeline"])
+
+
+def printed_json(printed: str) -> dict[str, Any]:
+    """The JSON object ``headrace explain --json`` printed last (indented: its first line is ``{``),
+    after whatever the file printed as it loaded."""
+    start = 0 if printed.startswith("{") else printed.rfind("\n{\n") + 1
+    try:
+        found = json.loads(printed[start:])
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise Refused(400, f"headrace explain printed no plan: {printed.strip()[-300:]!r}")
+    return found
 
 
 def refuse_incompatible(path: str, state_dir: str, what: str, advice: str = "",
@@ -109,8 +122,8 @@ def refuse_incompatible(path: str, state_dir: str, what: str, advice: str = "",
     if verdict.returncode == 0:
         return
     try:
-        message = str(json.loads(verdict.stdout)["message"]).removesuffix(" " + WHAT_TO_DO).removesuffix(".")
-    except (ValueError, KeyError, TypeError):  # an error, not a verdict
+        message = str(printed_json(verdict.stdout)["message"]).removesuffix(" " + WHAT_TO_DO).removesuffix(".")
+    except (Refused, KeyError):  # an error, not a verdict
         lines = [line.strip().removeprefix("headrace: ") for line in verdict.stderr.splitlines() if line.strip()]
         message = lines[-1] if lines else "headrace explain --against-checkpoint failed"
     raise Refused(409, f"{what}: {message}{'; ' + advice if advice else ''}")
