@@ -14,7 +14,7 @@ The supervisor (``headrace/server/supervisor.py``) hands it a pipeline by writin
 ``FOLDER/assignment.json`` (the pipeline file, its state dir, its log, its progress log and the
 file its exit status goes to): once it is ready, or while the warm-up pipeline runs, which then
 stops at once, its micro-batch abandoned. From then on it is that pipeline's driver, exactly as
-``headrace run FILE --state-dir DIR --quiet`` in a process of its own, its output going to the
+``headrace run FILE --state-dir DIR`` in a process of its own, its output going to the
 pipeline's log.
 
 A pipeline needs its connector packages (Kafka, Delta) in the JVM when it starts. The standby's
@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
     _redirect_output(job)
     from headrace.cli import main as headrace_main
 
-    status = headrace_main(["run", job["file"], "--state-dir", job["state_dir"], "--quiet"])
+    status = headrace_main(["run", job["file"], "--state-dir", job["state_dir"]])
     write_exit_status(job["exit_file"], status)
     return status
 

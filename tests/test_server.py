@@ -173,6 +173,10 @@ def test_a_submitted_pipeline_survives_a_sigkill_of_its_driver_and_of_the_server
     counted = ("headrace_input_records_total", "headrace_dead_letters_total", "headrace_driver_restarts_total",
                "headrace_pipeline_running")
     assert {name: figures.get(name) for name in counted} == dict(zip(counted, ("4", "0", "1", "0"), strict=True))
+    # the driver log: a line per batch, and each driver's end (the last one stopped by the request)
+    log = server.cli("logs", "orders_copy", "--lines", "200").stdout
+    assert re.search(r"^batch \d+ \| \d+ rows/s \| ", log, re.MULTILINE), log
+    assert log.splitlines()[-1].startswith("orders_copy: 2 rows in "), log
 
 
 def test_the_api_refuses_bad_requests_with_a_reason(server: Server, tmp_path: Path):
@@ -272,9 +276,11 @@ class RootServer:
                               env=self.environment, capture_output=True, text=True, timeout=180, check=False)
 
     def play(self, session: list[tuple[str, str]]) -> None:
-        """Each command, until it prints what the doc shows (but for process ids and the file's directory)."""
+        """Each command, until it prints what the doc shows (but for process ids, the file's directory
+        and the seconds a run took)."""
         def shown(text: str) -> str:
             text = re.sub(r"driver pid \d+", "driver pid N", text)
+            text = re.sub(r"\(\d+(\.\d+)? s\)$", "(N s)", text, flags=re.MULTILINE)
             return text.replace(str(ROOT), "/home/you/headrace")
 
         for command, expected in session:
@@ -299,10 +305,13 @@ def test_queryable_views_answer_as_counted_in_python_through_the_cli_the_api_and
     lines = generate("words", 0, 300_000)
     totals: Counter[str] = Counter()
     windows: Counter[str] = Counter()
-    for line, at in zip(lines.column("line").to_pylist(), lines.column("event_time").to_pylist(), strict=True):
+    updated = set()  # (batch, word and window) of each window a batch changes: its emit="updates" rows
+    for index, (line, at) in enumerate(zip(lines.column("line").to_pylist(), lines.column("event_time").to_pylist(),
+                                           strict=True)):
         for word in line.lower().split():
             totals[word] += 1
             windows[f"{word}|{at:%Y-%m-%d %H:%M:%S}"] += 1  # the window's start, as Spark writes it as text
+            updated.add((index // 100_000, f"{word}|{at:%Y-%m-%d %H:%M:%S}"))  # 100,000 lines a batch
     name = "queryable_word_counts"
     with RootServer(tmp_path) as server:
         server.play(doc_session("views session"))
@@ -332,6 +341,12 @@ def test_queryable_views_answer_as_counted_in_python_through_the_cli_the_api_and
         feed = list(client.changes(name, "totals", after=0, until=final["batch_id"]))
         assert [event["batch_id"] for event in feed] == [final["batch_id"]]  # it finished: one event, every key
         assert {row["key"]: row["value"]["count"] for row in feed[0]["rows"]} == dict(totals)
+
+        # each step's records, the window's too (run on headrace's window processor, read per batch by its view)
+        steps = client.call("GET", f"/api/pipelines/{name}/figures")["steps"]
+        assert {step: steps[step]["records_total"] for step in ("count", "windows")} == {
+            "count": len({(batch, word) for batch, key in updated for word in [key.split("|")[0]]}),
+            "windows": len(updated)}
 
         later = final["batch_id"] + 5
         refusals = [

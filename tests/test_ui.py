@@ -117,6 +117,9 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         assert rescaled.returncode == 0, rescaled.stderr
         assert json.loads(rescaled.stdout)["operation"]["status"] == "done"
         expect(status).to_have_text("running")
+        commits = tmp_path / "state" / "pipelines" / "orders_ui" / "orders_ui" / "checkpoint" / "commits"
+        last_commit = max(int(name) for name in os.listdir(commits) if name.isdigit())  # the rescale's batch
+        expect(page.locator(".kpi[data-kpi='batches'] b")).to_have_text(str(last_commit + 1))
         write(inbox, 3)
         expect(records).to_have_text("5", timeout=120_000)
         page.click("#state-lookup")
@@ -125,6 +128,7 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
 
         page.click("button[data-action=stop]")
         expect(status).to_have_text("stopped", timeout=120_000)
+        expect(page.locator(".kpi[data-kpi='records/s'] b")).to_have_text("0")  # no rate once it stopped
         written = sorted((r["id"], r["amount"]) for r in read_rows(str(out), "jsonl"))
         assert written == sorted((i, a) for rows in FILES for i, _, a in rows)  # each record once
         # each step's records, each batch once across the kill: the source's, and the running sum's updated keys
@@ -136,7 +140,6 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         assert float(edge.get_attribute("stroke-width") or 0) > 1.5  # as wide as the source's rate
 
         # the checkpoints tab: the batches Spark's commit log holds, newest first, their records each read once
-        commits = tmp_path / "state" / "pipelines" / "orders_ui" / "orders_ui" / "checkpoint" / "commits"
         committed = sorted((int(name) for name in os.listdir(commits) if name.isdigit()), reverse=True)
         page.click("a[data-tab=checkpoints]")
         batches = page.locator("#checkpoints tr[data-batch]")
@@ -394,6 +397,7 @@ def wait_for_renders(page: Any, count: int) -> None:
 
 
 @pytest.mark.fast
+@pytest.mark.fast
 def test_a_pipeline_page_without_a_view_refreshes_without_an_error(browser: Any, tmp_path: Path) -> None:
     """A page whose pipeline has no queryable view refreshed again and again: never an error shown
     (every other refresh failed on its missing table of views)."""
@@ -419,6 +423,7 @@ def test_a_pipeline_page_without_a_view_refreshes_without_an_error(browser: Any,
         server.close()
 
 
+@pytest.mark.fast
 @pytest.mark.fast
 def test_what_is_typed_in_the_state_lookup_keeps_its_focus_across_refreshes(browser: Any, tmp_path: Path) -> None:
     """Typing a key, a refresh or two, typing on: the field keeps the focus and all that was typed,
@@ -455,6 +460,7 @@ def test_what_is_typed_in_the_state_lookup_keeps_its_focus_across_refreshes(brow
         server.close()
 
 
+@pytest.mark.fast
 @pytest.mark.fast
 def test_a_pipeline_that_is_not_running_shows_no_rate(browser: Any, tmp_path: Path) -> None:
     """A failed and a stopped pipeline whose last batch ran at 64.5 records/s: 0 in the list, on

@@ -79,14 +79,20 @@ class Lowering(WatermarkPlacement):
         node = self.plan.nodes[name]
         if isinstance(node, WindowAggregateNode) and window_needs_processor(self.plan, node):
             self.raw_outputs[name] = df
-            df = window_panes(df, node)
+            df = self._counted_here(window_panes(df, node), node)
         elif isinstance(node, StreamJoinNode) and self.plan.late_output_asked(name):
             self.raw_outputs[name] = df
-            df = join_pairs(df)
+            df = self._counted_here(join_pairs(df), node)
         elif isinstance(node, SourceNode) and node.connector.emits_dead_letters:
             self.raw_sources[name] = df
             df = good_rows(node, df, self)
         self.frames[name] = df
+
+    def _counted_here(self, df: DataFrame, node: Node) -> DataFrame:
+        """A counted step's results split from its raw output in the micro-batch (the query ran to
+        the raw output, so the metric the query's lowering put on its results never ran), under
+        the step's marker."""
+        return self._mark(df, MarkedStep(node.name, 0)) if counted(self.plan, node) else df
 
     def root_stream(self, name: str) -> DataFrame:
         """The stream a query runs to when each micro-batch is split in foreachBatch below step
