@@ -166,11 +166,16 @@ def test_a_submit_the_checkpoint_cannot_take_is_refused_with_the_reasons(supervi
     message = str(refused.value)
     assert refused.value.status == 409 and message.startswith(
         "starting it is refused: pipeline 'orders' cannot restart from its checkpoint in ")
-    assert "source 'orders'" in message and message.endswith(
-        "; undo the change, or submit it again with \"fresh\": true (headrace submit FILE --fresh), or restart it "
-        "with ?fresh=true (headrace restart NAME --fresh), to delete its checkpoint and start over from the "
-        "beginning of its input")
-    assert launches == []
+    advice = ("; undo the change, or submit it again with \"fresh\": true (headrace submit FILE --fresh), or restart "
+              "it with ?fresh=true (headrace restart NAME --fresh), to delete its checkpoint and start over from the "
+              "beginning of its input")
+    assert "source 'orders'" in message and message.endswith(advice)
+    supervisor.registry.put(Entry("orders", str(file), str(state_dir), PAUSED, False))  # edited while paused
+    for action, what in (("resume", "resuming it"), ("restart", "restarting it")):
+        with pytest.raises(Refused) as refused:
+            getattr(supervisor, action)("orders")
+        assert refused.value.status == 409 and str(refused.value) == message.replace("starting it", what, 1)
+    assert launches == [] and supervisor.registry.get("orders").status == PAUSED
 
 
 def test_a_rescale_headrace_rescale_would_refuse_is_refused_at_once(supervisor: Supervisor, tmp_path: Path):

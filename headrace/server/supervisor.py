@@ -194,13 +194,22 @@ class Supervisor:
         return self._end_driver(name, "pause requested", self._paused)
 
     def resume(self, name: str) -> Entry:
+        """Start a paused pipeline again from its checkpoint (refused when its file changed in a
+        way the checkpoint cannot follow)."""
+        entry = self._paused_one(name)
+        preflight.refuse_incompatible(entry.file, entry.state_dir, "resuming it is refused",
+                                      f"undo the change, or {preflight.FRESH_HINT}", self.load_timeout_s)
         with self._lock:
-            entry = self.existing(name)
-            if entry.status != PAUSED:
-                raise Refused(409, f"pipeline {name!r} is {entry.status}, not paused")
+            entry = self._paused_one(name)
             self._policies[name] = self._policy()
             self._launch(entry)
             return entry
+
+    def _paused_one(self, name: str) -> Entry:
+        entry = self.existing(name)
+        if entry.status != PAUSED:
+            raise Refused(409, f"pipeline {name!r} is {entry.status}, not paused")
+        return entry
 
     def restart(self, name: str, fresh: bool = False) -> Entry:
         """Stop the pipeline's driver at a batch boundary, then start a new one from the checkpoint
