@@ -17,7 +17,8 @@ from headrace.testing.local.values import Row
 @dataclass
 class Tick:
     """One micro-batch: the watermark it runs with (Spark's, in ms: 0 before the first), the test
-    clock, and the control rows (event times in ms) each source sent in it."""
+    clock, and the control rows (event times in ms) each source sent in it. A step after a join of
+    two streams gets the watermark the join holds back (``joins.watermark_lags``)."""
 
     watermark: int
     clock: int
@@ -25,6 +26,15 @@ class Tick:
     clock_moved: bool = False
     controls: dict[str, list[int]] = field(default_factory=dict)
     late_dropped: dict[str, int] = field(default_factory=dict)  # step -> records it dropped as late
+    previous: int | None = None  # the watermark of the micro-batch before (None: the same)
+
+    @property
+    def late_watermark(self) -> int:
+        """The watermark Spark judges a stateful step's input late by: the micro-batch before's
+        (Spark's ``eventTimeWatermarkForLateEvents`` in a query of several stateful steps). In a
+        micro-batch with data it equals the batch's own; in one without, the step reads only the
+        results an earlier step let out, which the batch's watermark must not judge."""
+        return self.watermark if self.previous is None else self.previous
 
     @property
     def event_watermark(self) -> float:

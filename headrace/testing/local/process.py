@@ -74,7 +74,7 @@ class DedupeStep(Operator):
             t = event_millis(row.get(self.field))
             if t is None:
                 continue
-            if tick.watermark > 0 and row[self.field].timestamp() * 1000 <= tick.watermark:
+            if tick.late_watermark > 0 and row[self.field].timestamp() * 1000 <= tick.late_watermark:
                 tick.late_dropped[self.node.name] = tick.late_dropped.get(self.node.name, 0) + 1
                 continue
             key = tuple(row.get(k) for k in self.node.on)

@@ -20,7 +20,6 @@ _WHY = {
     "enrich": "an enrich step calls outside services on Spark's executors",
     "score": "a score step loads models on Spark",
     "dead_letters": "dead letters come from sources that parse records and from enrich steps",
-    "stream_join": "joins of two streams are not in the local runner yet",
 }
 
 

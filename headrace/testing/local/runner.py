@@ -11,13 +11,14 @@ watermark, as Spark's does: it fires the windows and timers the watermark passed
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from headrace.connectors.scripted import ProcessingTime, TestSink, TestSource, Watermark
 from headrace.contract import FLUSH_TIME_MS
 from headrace.plan.graph import Plan
-from headrace.testing.local import process, stateless, windows  # noqa: F401 - they register their operators
+from headrace.testing.local import joins, process, stateless, windows  # noqa: F401 - they register their operators
+from headrace.testing.local.joins import watermark_lags
 from headrace.testing.local.operators import OPERATORS, Operator, Tick
 from headrace.testing.local.refusals import refuse
 from headrace.testing.local.stateless import EventTimeStep, SourceStep
@@ -45,6 +46,7 @@ class LocalRun:
             self.operators[node.name] = OPERATORS[type(node)](node, self.plan, self.operators)
         self.sources = {n.name: n.connector for n in self.plan.sources()}
         self.watermark = 0
+        self.lags = watermark_lags(self.plan)
         self.clock = 0
         self.batches: list[BatchReport] = []
 
@@ -89,10 +91,18 @@ class LocalRun:
 
     def _batch(self, tick: Tick, data: bool) -> None:
         outputs: dict[str, list[Row]] = {}
+        previous = self.batches[-1].watermark if self.batches else tick.watermark
         for name, node in self.plan.nodes.items():
             inputs = [outputs.get(i, []) for i in node.inputs]
-            outputs[name] = self.operators[name].run(inputs, tick)
+            outputs[name] = self.operators[name].run(inputs, self._tick_of(name, tick, previous))
         self.batches.append(BatchReport(tick.watermark, data, dict(tick.late_dropped)))
+
+    def _tick_of(self, name: str, tick: Tick, previous: int) -> Tick:
+        """The micro-batch as step ``name`` sees it: the watermarks held back by the joins before it
+        (one not yet set stays unset)."""
+        lag = self.lags[name]
+        return replace(tick, watermark=tick.watermark - lag if tick.watermark > 0 else 0,
+                       previous=previous - lag if previous > 0 else 0)
 
     def _next_watermark(self) -> int:
         proposed = [op.proposed_watermark() for op in self.operators.values() if isinstance(op, EventTimeStep)]

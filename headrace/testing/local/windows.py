@@ -13,6 +13,7 @@ from headrace.engine.window_functions import BuiltinAggregates, ProcessWindow, R
 from headrace.engine.window_panes import Dropped, Fired, WindowLogic, WindowState
 from headrace.errors import StepFunctionError
 from headrace.plan.nodes import RESULT_TIME, LateRecordsNode, RollingAggregateNode, WindowAggregateNode
+from headrace.testing.local.joins import reads_a_join
 from headrace.testing.local.operators import Operator, Tick, registered
 from headrace.testing.local.values import Row, event_millis, from_millis, visible
 
@@ -49,7 +50,8 @@ class WindowStep(Operator):
         self.logic = window_logic(self.node, self.plan.late_output_asked(self.node.name))
         self.states: dict[Any, WindowState] = {}
         self.keys = tuple(self.node.keys or ())
-        self.chained = self.event_time_of() == RESULT_TIME  # it reads an earlier stateful step's results
+        # it reads an earlier stateful step's results: judged by the watermark before the micro-batch
+        self.chained = self.event_time_of() == RESULT_TIME or reads_a_join(self.plan, self.node)
         self.late_rows: list[Row] = []
 
     def run(self, inputs: list[list[Row]], tick: Tick) -> list[Row]:
