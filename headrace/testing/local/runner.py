@@ -5,7 +5,8 @@ Step ``n`` of every TestSource is micro-batch ``n``, run through the plan's step
 the watermark the batches before it left. The watermark is each event-time step's largest event
 time seen minus its max out-of-orderness (0 until it has seen a row), the smallest of them,
 never moving back. After a batch that moved it, a batch without data runs with the new
-watermark, as Spark's does: it fires the windows and timers the watermark passed.
+watermark, as Spark's does: it fires the windows and timers the watermark passed. A step after
+an interval join runs with that watermark held back by the join (``joins.watermark_lags``).
 """
 
 from __future__ import annotations
