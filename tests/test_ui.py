@@ -125,10 +125,13 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         page.click("#state-lookup")
         expect(page.locator("#state-result")).to_contain_text(f'"sum": {spend(4, "c1")}', timeout=30_000)
         assert state_partitions(str(tmp_path / "state" / "pipelines" / "orders_ui" / "orders_ui" / "checkpoint")) == 3
+        edge = page.locator("svg.dag .edge[data-from='orders'][data-to='out']")
+        assert float(edge.get_attribute("stroke-width") or 0) > 1.5  # as wide as the source's rate while it runs
 
         page.click("button[data-action=stop]")
         expect(status).to_have_text("stopped", timeout=120_000)
         expect(page.locator(".kpi[data-kpi='records/s'] b")).to_have_text("0")  # no rate once it stopped
+        expect(edge).to_have_attribute("stroke-width", "1.5")
         written = sorted((r["id"], r["amount"]) for r in read_rows(str(out), "jsonl"))
         assert written == sorted((i, a) for rows in FILES for i, _, a in rows)  # each record once
         # each step's records, each batch once across the kill: the source's, and the running sum's updated keys
@@ -136,8 +139,6 @@ def test_the_web_ui_draws_the_running_dag_and_drives_the_pipeline(browser: Any, 
         node = page.locator("svg.dag .node[data-step=orders]")
         expect(node).to_have_attribute("data-records", str(sum(map(len, FILES))))
         expect(page.locator("svg.dag .node[data-step=spend]")).to_have_attribute("data-records", str(updates))
-        edge = page.locator("svg.dag .edge[data-from='orders'][data-to='out']")
-        assert float(edge.get_attribute("stroke-width") or 0) > 1.5  # as wide as the source's rate
 
         # the checkpoints tab: the batches Spark's commit log holds, newest first, their records each read once
         committed = sorted((int(name) for name in os.listdir(commits) if name.isdigit()), reverse=True)
@@ -244,6 +245,7 @@ def test_the_dag_is_drawn_by_each_steps_rate_and_a_slow_sink_red(browser: Any, t
     server = LocalServer(tmp_path)
     try:
         root = server.pipeline("orders", tmp_path / "state")
+        running(server, "orders")  # a rate is drawn while it runs
         p = hr.Pipeline("orders")
         orders = p.source("orders", hr.sources.Files(str(tmp_path), schema="id long, amount long"))
         orders.sink("archive", hr.sinks.Files(str(tmp_path / "out"), format="jsonl"))
@@ -330,6 +332,13 @@ def test_the_dag_is_drawn_by_each_steps_rate_and_a_slow_sink_red(browser: Any, t
         assert problems == []
     finally:
         server.close()
+
+
+def running(server: Any, name: str) -> None:
+    """The pipeline ``name`` of ``server`` (in this process: no driver) marked running."""
+    entry = server.registry.get(name)
+    entry.status, entry.wanted = "running", True
+    server.registry.put(entry)
 
 
 class _FixedModel:
