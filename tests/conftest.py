@@ -47,3 +47,10 @@ def pytest_addoption(parser):
     parser.addoption("--fuzz-examples", type=int, default=None,
                      help="examples of the differential test (tests/test_differential.py) to run; CI runs a few")
 
+
+
+def pytest_collection_modifyitems(items):
+    """Docstring examples need no JVM (those that would are skipped in their text): the fast tier runs them."""
+    for item in items:
+        if isinstance(item, pytest.DoctestItem):
+            item.add_marker(pytest.mark.fast)

@@ -85,6 +85,7 @@ def test_adaptive_batches_shrink_when_they_are_slow(spark: Any, tmp_path: Path) 
     assert min(rows[:-1]) <= admission.FIRST_RECORDS // 2  # came down (the last batch takes what is left)
 
 
+@pytest.mark.fast
 def test_batch_duration_is_checked() -> None:
     with pytest.raises(PlanError, match=r"pipeline 'p': batch_duration: cannot read 'soon' as a duration"):
         hr.Pipeline("p", batch_duration="soon")

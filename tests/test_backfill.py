@@ -114,6 +114,7 @@ def test_a_backfill_stopped_half_way_goes_on_from_its_checkpoint_and_the_command
     ({"backfill": True, "drain": True}, "a backfill goes on live after the history, a drain ends the pipeline for "
                                         "good; ask for one of them"),
 ])
+@pytest.mark.fast
 def test_a_backfill_that_cannot_run_is_refused(tmp_path, options, message):
     with pytest.raises(hr.PlanError, match=message):
         PipelineRun(pipeline(tmp_path, tmp_path / "out"), state_dir=str(tmp_path / "state"), **options)

@@ -57,6 +57,7 @@ def test_the_quick_word_count_benchmark_checks_every_form_and_ends_with_the_rati
                         r"sql=\d+\.\d\d", lines[-1]), lines[-1]
 
 
+@pytest.mark.fast
 def test_the_validate_benchmark_checks_the_refusal_names_the_line_and_ends_with_its_line(capsys):
     benchmark = load_benchmark("validate")
     assert benchmark.main(["--runs", "1"]) == 0
@@ -87,6 +88,7 @@ def test_the_unbounded_nexmark_benchmark_drains_the_stateless_queries_exactly(sp
     assert re.fullmatch(r"nexmark exact=2/2 min_ratio=\d+\.\d\d median_ratio=\d+\.\d\d", lines[-1]), lines[-1]
 
 
+@pytest.mark.fast
 def test_the_unbounded_nexmark_benchmark_refuses_a_stateful_query(capsys):
     benchmark = load_benchmark("nexmark")
     with pytest.raises(SystemExit) as refused:
@@ -106,6 +108,7 @@ def test_nexmarks_stateless_queries_are_those_whose_pipelines_keep_no_state(spar
     assert tuple(keep_none) == benchmark.STATELESS
 
 
+@pytest.mark.fast
 def test_nexmark_samples_a_short_query_until_each_side_has_run_long_enough():
     benchmark = load_benchmark("nexmark")
     enough, most = benchmark.SAMPLED_SECONDS, benchmark.MAX_ROUNDS

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from headrace.environment.class_archive import _claim_archive_build, class_archive_path
 from headrace.environment.session import check_java
 
@@ -18,6 +20,7 @@ def dead_pid() -> int:
     return child.pid
 
 
+@pytest.mark.fast
 def test_half_written_archives_of_writers_that_died_are_deleted(tmp_path: Path) -> None:
     archive = tmp_path / "spark-0123456789abcdef.jsa"
     abandoned = tmp_path / f"spark-fedcba9876543210.jsa.{dead_pid()}.tmp"

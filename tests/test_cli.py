@@ -71,6 +71,7 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     (["demo"], ["--variant", "--limit", "--state-dir", "--quiet", "--json"]),
     (["switch"], ["NAME", "TARGET", "--dsn", "--batch", "--live", "--time", "--cutoff"]),
 ])
+@pytest.mark.fast
 def test_every_command_has_help(tmp_path, command, expected):
     result = headrace(*command, "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -79,6 +80,7 @@ def test_every_command_has_help(tmp_path, command, expected):
         assert word in result.stdout
 
 
+@pytest.mark.fast
 def test_no_command_is_a_usage_error(tmp_path):
     result = headrace(cwd=tmp_path)
     assert result.returncode == 2
@@ -87,6 +89,7 @@ def test_no_command_is_a_usage_error(tmp_path):
 
 # -- bad input ---------------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_missing_file(tmp_path):
     for command in ("run", "explain"):
         result = headrace(command, "missing.py", cwd=tmp_path)
@@ -94,6 +97,7 @@ def test_missing_file(tmp_path):
         assert one_line_error(result) == "headrace: error: no such file: missing.py"
 
 
+@pytest.mark.fast
 def test_file_without_a_pipeline(tmp_path):
     path = write(tmp_path, "empty.py", "import headrace as hr\nx = 1\n")
     result = headrace("run", path, cwd=tmp_path)
@@ -101,6 +105,7 @@ def test_file_without_a_pipeline(tmp_path):
     assert one_line_error(result) == f"headrace: error: {path} defines no headrace Pipeline at module level"
 
 
+@pytest.mark.fast
 def test_several_pipelines_need_a_name_and_an_unknown_name_is_refused(tmp_path):
     path = write(tmp_path, "two.py", PIPELINES)
     result = headrace("explain", path, cwd=tmp_path)
@@ -112,6 +117,7 @@ def test_several_pipelines_need_a_name_and_an_unknown_name_is_refused(tmp_path):
     assert one_line_error(result) == f"headrace: error: {path} has no pipeline named 'nope'; it has: words, saved"
 
 
+@pytest.mark.fast
 def test_a_file_that_raises_plan_error_at_load(tmp_path):
     path = write(tmp_path, "broken.py", """\
         import headrace as hr
@@ -128,6 +134,7 @@ def test_a_file_that_raises_plan_error_at_load(tmp_path):
                                           "from 'events' has user")
 
 
+@pytest.mark.fast
 def test_a_file_that_fails_otherwise_at_load(tmp_path):
     path = write(tmp_path, "typo.py", "import headrace as hr\np = hr.Pipelin('x')\n")
     result = headrace("explain", path, cwd=tmp_path)
@@ -136,6 +143,7 @@ def test_a_file_that_fails_otherwise_at_load(tmp_path):
                                       "has no attribute 'Pipelin'")
 
 
+@pytest.mark.fast
 def test_an_invalid_pipeline_is_refused_before_spark_starts(tmp_path):
     path = write(tmp_path, "nowhere.py", """\
         import headrace as hr
@@ -155,6 +163,7 @@ def test_an_invalid_pipeline_is_refused_before_spark_starts(tmp_path):
 
 # -- explain (in-process: no Spark) -----------------------------------------------------------------
 
+@pytest.mark.fast
 def test_explain_prints_the_plan_and_its_json(tmp_path, capsys):
     path = write(tmp_path, "pipelines.py", PIPELINES)
     assert main(["explain", f"{path}:words"]) == 0
@@ -188,6 +197,7 @@ def test_explain_into_a_reader_that_left_ends_without_a_traceback(tmp_path):
     assert (done.returncode, done.stderr) == (141, "")
 
 
+@pytest.mark.fast
 def test_explain_of_a_file_that_runs_a_pipeline_explains_that_one_and_starts_nothing(tmp_path, capsys,
                                                                                        monkeypatch):
     """A file that calls ``p.run(...)`` at module level: ``headrace explain`` stops the file there
@@ -281,6 +291,7 @@ def test_demo_quiet_prints_only_the_windows(spark, tmp_path, capsys):
     assert counts and all(count > 0 for count in counts)
 
 
+@pytest.mark.fast
 def test_the_demo_pipelines_steps_are_named_by_their_own_lines(capsys):
     """``headrace explain examples/ysb.py`` (and ``headrace demo``) label each step with its line in
     headrace/demo.py, where the pipeline is written, not with the line or console script that called it."""
@@ -300,6 +311,7 @@ def test_the_demo_pipelines_steps_are_named_by_their_own_lines(capsys):
         assert step.removesuffix("_event_time") in call, (step, line)
 
 
+@pytest.mark.fast
 def test_the_kafka_clients_log_shows_only_with_verbose():
     """librdkafka's warnings (a coordinator still loading, a refused connection: retried by the sink)
     stay off a first run's stderr; ``--verbose`` prints them. A subprocess, as pytest's own log
@@ -315,6 +327,7 @@ def test_the_kafka_clients_log_shows_only_with_verbose():
                               "transactional PID: retrying\n")
 
 
+@pytest.mark.fast
 def test_the_jvms_stderr_keeps_a_users_traceback_and_drops_a_worker_cut_off_as_the_run_stops():
     from headrace.environment.session import pass_on_stderr
 

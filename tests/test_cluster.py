@@ -371,6 +371,7 @@ def test_filtered_records_to_kafka_survive_a_lost_worker(broker: str, full_clust
     assert_worker_lost(full_cluster, report, killed)
 
 
+@pytest.mark.fast
 def test_spark_submit_settings_come_before_headrace_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under spark-submit (its settings faked here) its master and --conf values are kept; the jars and
     the executors' Java options are joined with headrace's; master= and HEADRACE_MASTER come first."""

@@ -4,10 +4,13 @@
 import sys
 
 import cloudpickle
+import pytest
 
 import headrace as hr
 import headrace.testing  # noqa: F401
 from headrace.code_locations import function_label, user_location
+
+pytestmark = pytest.mark.fast  # needs no JVM and no service
 
 
 class Shouter:

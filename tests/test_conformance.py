@@ -17,5 +17,6 @@ def test_case(case, spark, tmp_path):
     assert check(case, str(tmp_path)) == []
 
 
+@pytest.mark.fast
 def test_every_model_is_covered():
     assert {c["watermark_model"] for c in CASES} == {"per_event", "micro_batch", "none"}

@@ -105,6 +105,7 @@ def model_labelled() -> list[tuple[str, int, str]]:
     return sorted(first.values())
 
 
+@pytest.mark.fast
 def test_the_data_tells_within_from_the_watermark_delay():
     assert model_dedupe(WITHIN) == [1, 2, 4, 8, 10, 12]
     assert model_windows() == {0: (4, 15, 1), 20: (2, 22, 10)}
@@ -177,6 +178,7 @@ def dedupe_of(keys: list[str], within: str) -> hr.Pipeline:
     return p
 
 
+@pytest.mark.fast
 def test_a_restart_refuses_other_keys_and_takes_another_within():
     base = plan_record(dedupe_of(["id"], "10s").plan)
     other_keys = compare(base, plan_record(dedupe_of(["id", "v"], "10s").plan))
@@ -204,6 +206,7 @@ sinks:
 """
 
 
+@pytest.mark.fast
 def test_a_dedupe_step_of_a_pipeline_file_is_the_fluent_one_and_its_errors_give_the_line(tmp_path):
     path = tmp_path / "pipeline.yaml"
     path.write_text(textwrap.dedent(FILE))
@@ -324,10 +327,12 @@ def plain(p: hr.Pipeline) -> hr.Stream:
     (lambda p, e: p.sql("SELECT id, count(*) AS n FROM dedupe GROUP BY id") if e.dedupe("id") else None,
      r"step 'sql' .*: it reads the results of dedupe 'dedupe' .*, and this step is an SQL query"),
 ])
+@pytest.mark.fast
 def test_a_dedupe_spark_could_not_run_or_would_keep_forever_is_refused(build, message):
     assert re.search(message, refusal(build)), refusal(build)
 
 
+@pytest.mark.fast
 def test_a_dedupe_keeps_a_pipeline_out_of_spark_s_real_time_mode():
     p = hr.Pipeline("first_only", trigger="real-time")
     orders = p.source("orders", hr.sources.Kafka("orders", schema=EVENT), event_time="ts")

@@ -149,6 +149,7 @@ def test_missing_key_column_names_the_step(delta: Any, tmp_path: Path) -> None:
     (lambda d: hr.sources.Delta(str(d), schema="a long", max_files_per_batch=0),
      "max_files_per_batch must be a whole number of at least 1, got 0"),
 ])
+@pytest.mark.fast
 def test_bad_settings_are_refused_with_the_reason(tmp_path: Path, make: Any, message: str) -> None:
     with pytest.raises(PlanError) as raised:
         make(tmp_path)

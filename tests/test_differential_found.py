@@ -45,6 +45,7 @@ def test_two_sinks_of_a_window_beside_the_dead_letters_get_the_same_rows(spark, 
     assert [(r["window_start"].timestamp(), r["count"]) for r in second.rows()] == [(2.0, 1)]
 
 
+@pytest.mark.fast
 def test_running_counts_into_a_file_sink_are_refused_when_built():
     """Files keep every row: a running count's updates would pile up (docs/connectors.md)."""
     p = hr.Pipeline("found_rolling_files")

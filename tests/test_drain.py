@@ -196,6 +196,7 @@ def checkpoint_with(tmp_path: Path, offsets: dict[int, str], commits: list[int])
     return str(tmp_path)
 
 
+@pytest.mark.fast
 def test_the_end_is_the_last_batch_again_with_the_watermark_at_the_end_of_time(tmp_path: Path):
     checkpoint = checkpoint_with(tmp_path, {0: entry(0), 1: entry(1_000)}, [0, 1])
     assert end_of_time.pending_end(checkpoint) is None
@@ -208,6 +209,7 @@ def test_the_end_is_the_last_batch_again_with_the_watermark_at_the_end_of_time(t
     assert end_of_time.pending_end(checkpoint) is None
 
 
+@pytest.mark.fast
 def test_no_end_is_logged_without_a_committed_batch_nor_over_a_batch_in_flight(tmp_path: Path):
     assert end_of_time.log_end(checkpoint_with(tmp_path / "empty", {}, [])) is None
     in_flight = checkpoint_with(tmp_path / "in_flight", {0: entry(0), 1: entry(0)}, [0])
@@ -221,6 +223,7 @@ def test_no_end_is_logged_without_a_committed_batch_nor_over_a_batch_in_flight(t
         end_of_time.log_end(odd)
 
 
+@pytest.mark.fast
 def test_a_drained_pipeline_is_refused_until_started_fresh(tmp_path: Path):
     end_of_time.refuse_drained(str(tmp_path), "p")  # not drained: nothing to say
     end_of_time.mark_drained(str(tmp_path), 7)
@@ -229,6 +232,7 @@ def test_a_drained_pipeline_is_refused_until_started_fresh(tmp_path: Path):
         end_of_time.refuse_drained(str(tmp_path), "p")
 
 
+@pytest.mark.fast
 def test_a_drain_is_refused_for_real_time_and_operator_pipelines_before_spark_starts(tmp_path: Path):
     import headrace as hr
     from headrace.runtime.runner import PipelineRun

@@ -225,6 +225,7 @@ async def _lookup(record: dict) -> dict:
      r"step 'per_country' \(test_enrich.py:\d+\): this step reads the output of enrich step 'lookup' "
      r"\(test_enrich.py:\d+\); enrich steps run in each micro-batch after Spark's streaming query"),
 ])
+@pytest.mark.fast
 def test_an_enrich_step_that_cannot_run_is_refused_when_the_pipeline_is_built(build, message):
     p = hr.Pipeline("refused")
     with pytest.raises(hr.PlanError, match=message):
@@ -232,6 +233,7 @@ def test_an_enrich_step_that_cannot_run_is_refused_when_the_pipeline_is_built(bu
         p.validate()
 
 
+@pytest.mark.fast
 def test_the_dead_letters_of_sources_and_of_enrich_steps_go_to_sinks_of_their_own(tmp_path):
     p = hr.Pipeline("mixed_dead_letters")
     orders = p.source("orders", hr.sources.Files(str(tmp_path), "jsonl", "id long"))

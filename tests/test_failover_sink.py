@@ -58,6 +58,7 @@ def frame(spark: Any, rows: list[tuple[str, int]]) -> Any:
 
 # -- building ------------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_the_guarantee_is_the_weakest_members():
     assert Failover(hr.sinks.Null(), hr.sinks.TestSink()).guarantee is Guarantee.EXACTLY_ONCE
     assert Failover(hr.sinks.Null(), hr.sinks.Console()).guarantee is Guarantee.AT_LEAST_ONCE
@@ -73,12 +74,14 @@ def test_the_guarantee_is_the_weakest_members():
      "Failover: names must be 2 non-empty strings, one per member, got ['a']"),
     ((hr.sinks.Null(), hr.sinks.Null()), {"names": ["a", "a"]}, "Failover: a member name appears twice in ['a', 'a']"),
 ])
+@pytest.mark.fast
 def test_bad_groups_are_refused(args, kwargs, message):
     with pytest.raises(PlanError) as caught:
         Failover(*args, **kwargs)
     assert str(caught.value) == message
 
 
+@pytest.mark.fast
 def test_a_group_is_a_sink_of_the_fluent_api():
     p = hr.Pipeline("failover_plan")
     source = p.source("words", hr.sources.TestSource([[{"word": "a"}]], schema={"word": "string"}))
@@ -134,6 +137,7 @@ def test_when_every_member_fails_the_batch_fails_with_each_error(spark):
     assert group.failovers == 1  # the last member has nothing to fail over to
 
 
+@pytest.mark.fast
 def test_a_batch_any_member_committed_is_committed(caplog):
     assert Failover(Committed({1}), Committed({2})).committed(2)
     assert not Failover(Committed({1}), Committed({2})).committed(3)

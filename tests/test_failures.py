@@ -126,6 +126,7 @@ def test_a_missing_spark_class(spark, tmp_path):
 
 # -- restart settings ----------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_restart_settings_are_checked_before_spark_starts(tmp_path, monkeypatch):
     with pytest.raises(hr.PlanError) as error:
         RestartPolicy.of(attempts=-1)
@@ -150,6 +151,7 @@ def test_restart_settings_are_checked_before_spark_starts(tmp_path, monkeypatch)
                                 "'many'")
 
 
+@pytest.mark.fast
 def test_run_help_shows_the_restart_and_verbose_options(tmp_path):
     done = subprocess.run([sys.executable, "-m", "headrace.cli", "run", "--help"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)
@@ -158,6 +160,7 @@ def test_run_help_shows_the_restart_and_verbose_options(tmp_path):
         assert option in done.stdout
 
 
+@pytest.mark.fast
 def test_the_restart_policy_counts_restarts_within_its_window():
     policy = RestartPolicy.of(attempts=2, window="1min", backoff="1s")
     assert [policy.next_delay(at) for at in (0, 1, 2)] == [1.0, 2.0, None]

@@ -117,6 +117,7 @@ def orders_stream(name: str) -> hr.Stream:
     return hr.Pipeline(name).source("orders", TestSource(ORDERS, schema=SCHEMA))
 
 
+@pytest.mark.fast
 def test_partition_by_is_refused_when_the_pipeline_is_built(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     with pytest.raises(PlanError) as error:
@@ -149,6 +150,7 @@ def test_partition_by_is_refused_when_the_pipeline_is_built(tmp_path: Path) -> N
     orders.pipeline.validate()
 
 
+@pytest.mark.fast
 def test_a_stream_whose_columns_are_unknown_is_checked_when_it_starts(tmp_path: Path) -> None:
     from pyspark.sql.types import LongType, StringType, StructField, StructType  # types only: no Spark session
 
@@ -176,6 +178,7 @@ def write_pipeline_file(tmp_path: Path, sink: str, steps: str = "") -> Path:
     return path
 
 
+@pytest.mark.fast
 def test_a_pipeline_file_passes_partition_by_to_a_files_sink(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = hr.load_pipeline_file(write_pipeline_file(tmp_path, f"""\
@@ -219,6 +222,7 @@ def refusal(step: str, step_at: str) -> str:
             "emit='final')")
 
 
+@pytest.mark.fast
 def test_updates_into_files_are_refused_at_every_front_door(tmp_path: Path) -> None:
     out = hr.sinks.Files(str(tmp_path / "out"), partition_by="country")
     orders = orders_stream("fluent_updates_into_files")
@@ -271,6 +275,7 @@ def test_updates_into_files_are_refused_at_every_front_door(tmp_path: Path) -> N
     orders.pipeline.validate()
 
 
+@pytest.mark.fast
 def test_the_refusal_docs_connectors_md_shows_is_the_one_a_user_sees(tmp_path: Path) -> None:
     doc = (ROOT / "docs" / "connectors.md").read_text()
     shown = doc.split("**Sinks and update mode.**", 1)[1].split("```\n", 2)[1].strip()

@@ -18,6 +18,7 @@ def _same(record: dict) -> dict:
     return record
 
 
+@pytest.mark.fast
 def test_a_map_that_changes_the_event_time_fields_type_is_refused_when_built():
     p = hr.Pipeline("found_event_time_type")
     events = p.source("events", hr.sources.Files("/nonexistent", "jsonl", {"key": "string", "ts": "long"},
@@ -74,6 +75,7 @@ def test_the_first_of_two_windows_drops_a_late_record(spark, tmp_path: Path):
     assert result.late_rows_dropped == 1
 
 
+@pytest.mark.fast
 def test_a_filter_on_running_counts_is_refused_when_built_unless_it_reads_only_the_keys():
     """A filter below a running count would leave a key whose count stops matching in the sink
     with its old count (update mode cannot take a row back), as HAVING would in SQL."""

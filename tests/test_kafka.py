@@ -270,12 +270,14 @@ def test_source_decodes_avro_and_dead_letters_what_does_not_decode(spark: Any, b
       '[{"name": "tags", "type": {"type": "array", "items": "string"}}]}'},
      "the Avro field 'tags' has the type {\"type\": \"array\", \"items\": \"string\"}, which has no column type"),
 ])
+@pytest.mark.fast
 def test_kafka_source_refuses_bad_settings(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(PlanError) as error:
         hr.sources.Kafka(**kwargs)
     assert message in str(error.value)
 
 
+@pytest.mark.fast
 def test_kafka_sink_refuses_bad_settings() -> None:
     with pytest.raises(PlanError, match="unknown format 'avro'"):
         hr.sinks.Kafka("out", format="avro")
@@ -292,6 +294,7 @@ def test_a_session_without_the_connector_says_which_package_and_how(spark: Any) 
     assert "scripts/fetch_jars.sh" in text and "spark.jars.packages=" in text
 
 
+@pytest.mark.fast
 def test_session_settings_use_the_fetched_folder_or_spark_packages(tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("HEADRACE_JARS_DIR", str(tmp_path))
     monkeypatch.setenv("HEADRACE_SPARK_PACKAGE_VERSION", "4.2.0")
@@ -309,6 +312,7 @@ def test_session_settings_use_the_fetched_folder_or_spark_packages(tmp_path: Pat
     assert jars.session_settings([]) == {}
 
 
+@pytest.mark.fast
 def test_coordinator_errors_are_retried_and_others_are_not() -> None:
     """A fresh broker answers NOT_COORDINATOR while it creates its offsets topic; librdkafka does
     not flag that retriable where a consumer call returns it, so the sink names it itself."""

@@ -20,6 +20,8 @@ from headrace.runtime.runner import PipelineRun
 HOLD = """
 import sys, time
 from headrace.environment.lease import Lease
+
+pytestmark = pytest.mark.fast  # needs no JVM and no service
 Lease(sys.argv[1], "clicks").acquire()
 print("held", flush=True)
 time.sleep(600)

@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from headrace.environment.local_dirs import remove_dead, started_at
 
 PIPELINE = """
@@ -26,6 +28,7 @@ p = hr.Pipeline(os.environ["HR_TEST_NAME"])
 """
 
 
+@pytest.mark.fast
 def test_the_folders_of_processes_that_no_longer_run_are_removed(tmp_path):
     """Kept: this process's folder and a name that is not a driver's. Removed: the folder of a process
     that ended, and of a process id now held by another process (another start time)."""

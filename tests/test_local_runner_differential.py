@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 from collections import Counter
 from typing import Any
 
@@ -24,7 +25,7 @@ from model.spec import EVENT_SCHEMA, SECOND_SOURCE, SOURCE, BadLine, Spec, SqlSt
 import headrace as hr
 from headrace.testing import TestSink, TestSource, run_locally, run_to_completion
 
-LOCAL_EXAMPLES = 100
+LOCAL_EXAMPLES = int(os.environ.get("HEADRACE_LOCAL_FUZZ_EXAMPLES", "30"))  # more: set it higher
 
 
 def local_spec(spec: Spec) -> Spec | None:

@@ -123,6 +123,7 @@ def test_a_sigkill_of_the_driver_then_a_restart_learns_each_record_once(tmp_path
     (lambda k: k.learn(linear_model.LogisticRegression(), label="clicked"),
      r"learn needs a function that makes a River model, e.g. lambda: linear_model.LogisticRegression\(\), got"),
 ])
+@pytest.mark.fast
 def test_a_learn_step_that_cannot_run_is_refused_when_the_pipeline_is_built(build, message):
     p = hr.Pipeline("learn_refused")
     keyed = p.source("events", TestSource([records(4)], schema=SCHEMA), event_time="ts").key_by("user")

@@ -88,6 +88,7 @@ def test_rolling_features_are_a_range_window_on_bounded_and_unbounded_input(spar
     (lambda k: k.rolling("1m", amount=hr.count()), r"the feature 'amount' has the name of a field of the stream"),
     (lambda k: k.rolling("1m", spend=hr.sum("price")), r"unknown field 'price'"),
 ])
+@pytest.mark.fast
 def test_a_rolling_step_that_cannot_run_is_refused_when_the_pipeline_is_built(build, message):
     p = hr.Pipeline("rolling_refused")
     keyed = p.source("charges", TestSource([CHARGES[:3]], schema={"card": "string", "amount": "long", "ts": "long"}),

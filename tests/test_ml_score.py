@@ -216,6 +216,7 @@ def test_a_sigkill_while_a_batch_is_scored_rescores_it_with_its_version_and_the_
     (lambda s, registry: s.select("id", "x", "y", score=hr.col("x")).score(registry),
      r"the stream already has a field 'score', which the score step adds \(score, prediction, model_version\)"),
 ])
+@pytest.mark.fast
 def test_a_score_step_the_registry_cannot_serve_is_refused_when_the_pipeline_is_built(tmp_path, build, message):
     hr.ml.publish(tmp_path / "models", LinearRegression().fit(pd.DataFrame(ROWS)[["x", "y"]], [r["id"] for r in ROWS]),
                   {"x": "double", "y": "double"})
@@ -225,6 +226,7 @@ def test_a_score_step_the_registry_cannot_serve_is_refused_when_the_pipeline_is_
     assert re.search(message, str(refused.value)), str(refused.value)
 
 
+@pytest.mark.fast
 def test_a_stateful_step_after_a_score_step_is_refused_with_the_reason(tmp_path):
     hr.ml.publish(tmp_path / "models", trained(), {"x": "double", "y": "double"})
     p = hr.Pipeline("score_then_window")

@@ -125,6 +125,7 @@ def test_messages_while_running_and_while_stopped_arrive_once(spark: Any, broker
     assert not dead2.rows()
 
 
+@pytest.mark.fast
 def test_a_replayed_batch_reads_its_spooled_messages_and_the_resend_is_dropped(broker: Any, tmp_path: Path) -> None:
     """The reader as Spark drives it, without Spark: a batch is planned, then its process dies before
     the commit; the next process replays it from the spool, and the broker's resend of its
@@ -198,6 +199,7 @@ def test_the_sink_publishes_each_row_to_its_topic(spark: Any, broker: Any, tmp_p
     assert sorted(received, key=lambda m: m[1]["n"]) == [(f"{topic}/{r['who']}/{r['n']}", r) for r in rows]
 
 
+@pytest.mark.fast
 def test_exactly_once_is_refused_naming_the_source() -> None:
     p = hr.Pipeline("strict_mqtt", guarantee="exactly-once")
     p.source("readings", hr.sources.Mqtt("t", schema=SCHEMA)).sink("out", TestSink())

@@ -186,6 +186,7 @@ def test_sigkill_of_a_chain_then_restart_gives_the_uninterrupted_output(tmp_path
 
 # -- explain and what the plan refuses --------------------------------------------------------------
 
+@pytest.mark.fast
 def test_explain_says_where_each_watermark_comes_from():
     p, _, _ = two_stages("stages_explain")
     lines = p.explain().splitlines()
@@ -205,6 +206,7 @@ def refused(pattern: str) -> Any:
     return pytest.raises(hr.PlanError, match=pattern)
 
 
+@pytest.mark.fast
 def test_what_spark_cannot_chain_is_refused_with_the_reason():
     p = hr.Pipeline("stages_refused")
     minutes = events(p).window(hr.Tumbling("1m"), name="per_minute").count()
@@ -236,6 +238,7 @@ def test_what_spark_cannot_chain_is_refused_with_the_reason():
          .window(hr.Tumbling("5m"), name="redeclared").count())
 
 
+@pytest.mark.fast
 def test_a_stream_without_event_time_after_a_stateful_step_says_why():
     p = hr.Pipeline("stages_untimed")
     minutes = events(p).window(hr.Tumbling("1m"), name="per_minute").count()
@@ -254,6 +257,7 @@ def test_a_stream_without_event_time_after_a_stateful_step_says_why():
     pairs.key_by("user").window(hr.Count(2), name="pairs_of_pairs").aggregate(n=hr.sum("count"))
 
 
+@pytest.mark.fast
 def test_a_restart_is_refused_when_the_chain_changes():
     old, _, _ = two_stages("stages_compat")
     swapped = hr.Pipeline("stages_compat")
@@ -287,6 +291,7 @@ class Emits(hr.KeyedProcessFunction):
             ctx.emit({"n": 0}, timestamp="soon")
 
 
+@pytest.mark.fast
 def test_emit_takes_a_timestamp_in_milliseconds_or_a_datetime():
     logic = ProcessLogic("emits", Emits(), (("n", "long"),), True, "Emits.process", timed=True)
     rows = logic.run(ProcessState(), [("k", 5_000, {"n": 1})], watermark=None, now=0)
@@ -297,6 +302,7 @@ def test_emit_takes_a_timestamp_in_milliseconds_or_a_datetime():
         logic.run(ProcessState(), [("k", 5_000, {"n": -1})], watermark=None, now=0)
 
 
+@pytest.mark.fast
 def test_a_result_behind_the_watermark_fails_naming_the_step():
     p = hr.Pipeline("stages_behind")
     running = events(p).process(Running(), schema={"user": "string", "running": "long"}, name="running")

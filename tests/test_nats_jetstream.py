@@ -159,6 +159,7 @@ def test_records_arrive_exactly_once_with_their_metadata(spark: Any, server: Non
     assert per_batch == [300, 300, 100]
 
 
+@pytest.mark.fast
 def test_subject_filters_latest_start_and_a_replay_read_the_planned_messages(server: None, tmp_path: Path) -> None:
     """The reader as Spark drives it, without Spark: a batch planned once and replayed by another
     reader after more messages arrived reads the same messages; the filters; the stop file."""

@@ -224,6 +224,7 @@ def _values_pipeline(name: str, batches=([{"value": 1}],)) -> tuple[hr.Pipeline,
     return p, p.source("values", TestSource(list(batches), schema="value long"))
 
 
+@pytest.mark.fast
 def test_building_errors_name_the_operator_and_say_what_to_do():
     p, values = _values_pipeline("apex_errors")
     with pytest.raises(hr.PlanError, match=r"step 'split'.*give an instance of the operator, e.g. LineSplitter\(\)"):
@@ -255,6 +256,7 @@ def test_building_errors_name_the_operator_and_say_what_to_do():
         echo.out.stream()
 
 
+@pytest.mark.fast
 def test_operators_and_sinks_on_different_streams_of_the_query_are_refused():
     p = hr.Pipeline("apex_two_streams")
     values = p.source("values", TestSource([[{"value": 1}]], schema="value long"))
@@ -268,6 +270,7 @@ def test_operators_and_sinks_on_different_streams_of_the_query_are_refused():
         p.validate()
 
 
+@pytest.mark.fast
 def test_a_stateful_step_after_an_operator_is_refused_with_the_reason():
     p, values = _values_pipeline("apex_after")
     divide = p.add_operator("divide", Divide())
@@ -354,6 +357,7 @@ def test_a_thread_local_stream_runs_both_operators_in_one_stage_with_the_same_ou
     assert len(windows) == len(LINES)  # state carried from window to window inside the fused stage
 
 
+@pytest.mark.fast
 def test_thread_local_errors_say_what_is_needed():
     p, values = _values_pipeline("apex_local_errors")
     one, two = p.add_operator("one", Echo()), p.add_operator("two", Divide(), partitions=2)

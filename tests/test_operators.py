@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
+import pytest
 from pyspark import cloudpickle
 
 import headrace as hr
@@ -147,6 +148,7 @@ def test_consecutive_python_steps_run_as_one_fused_stage(spark, tmp_path):
     assert out["out"] == [{"item": "APPLE"}, {"item": "APPLE"}]
 
 
+@pytest.mark.fast
 def test_a_python_step_with_two_consumers_ends_its_chain():
     p = hr.Pipeline("branching")
     orders = p.source("orders", TestSource([ORDER_ROWS], schema=ORDERS))

@@ -114,6 +114,7 @@ def test_an_operator_step_runs_the_class_with_its_args(spark, tmp_path):
     ("sql: SELECT word FROM nowhere",
      "pipeline.yaml:6: step 'shout': unknown stream or table 'nowhere'"),
 ])
+@pytest.mark.fast
 def test_operator_and_sql_step_errors_give_the_line(tmp_path, step, message):
     text = f"""
 pipeline: file_errors

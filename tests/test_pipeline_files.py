@@ -185,6 +185,7 @@ def base_with(old: str, new: str) -> str:
     (base_with("    batches: [[{line: eu hello}]]", "    batches: [[{line: eu hello}]]\n    flush: ${FLUSH}"),
      "pipeline.yaml:6: the environment variable FLUSH is not set; set it, or give a default: ${FLUSH:-value}"),
 ])
+@pytest.mark.fast
 def test_each_error_names_its_line(tmp_path, text, message):
     assert error_of(tmp_path, text) == message
 
@@ -248,6 +249,7 @@ sinks:
     ("    process: pf_test_steps:Alerts\n    schema: \"word string, times long\"",
      "pipeline.yaml:10: step 'step': process works per key: read from a key_by step, not 'clicks'"),
 ])
+@pytest.mark.fast
 def test_step_errors_name_the_line_of_the_value(tmp_path, action, message):
     assert error_of(tmp_path, STREAM.format(action=action)) == message
 
@@ -284,6 +286,7 @@ sinks:
      "pipeline.yaml:8: source 'lines': selector is `replicating` or a mapping with multiplexing: FIELD, mapping: "
      "{VALUE: [reader, ...]} and default: [reader, ...]; got a mapping"),
 ])
+@pytest.mark.fast
 def test_selector_errors(tmp_path, selector, message):
     assert error_of(tmp_path, SELECTED.format(selector=selector)) == message
 
@@ -321,17 +324,20 @@ sink_groups:
      "pipeline.yaml:8: sink 'first': a failover group is declared under sink_groups: {name: {from: step, failover: "
      "[primary, backup]}}"),
 ])
+@pytest.mark.fast
 def test_sink_group_errors(tmp_path, old, new, message):
     text = GROUPED.replace("[first, secnd]", "[first, second]") if old != "[first, secnd]" else GROUPED
     assert error_of(tmp_path, text.replace(old, new)) == message
 
 
+@pytest.mark.fast
 def test_a_sink_outside_any_group_needs_from(tmp_path):
     text = GROUPED.replace("[first, secnd]", "[first, second]").replace("sinks:\n", "sinks:\n  third: {type: Null}\n")
     assert error_of(tmp_path, text) == ("pipeline.yaml:8: sink 'third': the sink needs from: the source or step it "
                                         "writes (or list it in a sink group's failover:)")
 
 
+@pytest.mark.fast
 def test_environment_variables_fill_values_and_keep_their_types(tmp_path):
     batches = "    batches: [[{line: eu hello}]]"
     text = base_with(batches, f"{batches}\n    flush: ${{FLUSH:-true}}")
@@ -342,6 +348,7 @@ def test_environment_variables_fill_values_and_keep_their_types(tmp_path):
     assert load_pipeline_file(path, environ={"NAME": "x"}).plan.nodes["lines"].connector.flush is True
 
 
+@pytest.mark.fast
 def test_every_step_kind_is_one_registry_entry():
     assert list(STEP_KINDS) == ["filter", "select", "with_columns", "event_time", "key_by", "map", "flat_map",
                                 "map_batches", "join", "union", "dead_letters", "dedupe", "aggregate", "reduce",
@@ -350,6 +357,7 @@ def test_every_step_kind_is_one_registry_entry():
     assert "Failover" not in SINK_TYPES and "Console" in SINK_TYPES and "Socket" in SOURCE_TYPES
 
 
+@pytest.mark.fast
 def test_the_connector_types_are_those_of_hr_sources_and_hr_sinks():
     """A file's `type:` names are read from headrace/sources.py and sinks.py without importing them."""
     from headrace.connectors.base import SinkConnector, SourceConnector
@@ -546,6 +554,7 @@ def process_fluent(folder: str) -> hr.Pipeline:
     return p
 
 
+@pytest.mark.fast
 def test_a_file_builds_the_plan_of_its_fluent_twin(tmp_path):
     assert plan_without_places(load_pipeline_file(write(tmp_path, NATIVE))) == plan_without_places(native_fluent())
     assert plan_without_places(load_pipeline_file(write(tmp_path, PYTHON))) == plan_without_places(python_fluent())
@@ -554,6 +563,7 @@ def test_a_file_builds_the_plan_of_its_fluent_twin(tmp_path):
     assert plan_without_places(from_file) == plan_without_places(process_fluent(folder))
 
 
+@pytest.mark.fast
 def test_steps_are_defined_at_their_lines_of_the_file(tmp_path):
     pipeline = load_pipeline_file(write(tmp_path, NATIVE))
     places = {name: node.defined_at for name, node in pipeline.plan.nodes.items()}
@@ -565,6 +575,7 @@ def test_steps_are_defined_at_their_lines_of_the_file(tmp_path):
     assert "[pipeline.yaml:33]" in pipeline.explain()
 
 
+@pytest.mark.fast
 def test_the_word_count_example_file_is_the_python_example(tmp_path):
     from_file = load_pipeline_file(EXAMPLES / "word_count.yaml")
     from_python = load_pipeline(str(EXAMPLES / "word_count.py"))
@@ -688,6 +699,7 @@ def headrace(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subpro
                           timeout=120, env=env)
 
 
+@pytest.mark.fast
 def test_validate_prints_a_summary_or_the_error_with_its_line(tmp_path):
     good = write(tmp_path, NATIVE, "good.yaml")
     result = headrace("validate", str(good), cwd=tmp_path)
@@ -731,6 +743,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("project", ["flume_netcat", "scaffold"])
 def test_validate_never_starts_spark(tmp_path, project):
     """(How long it takes is benchmarks/validate.py's to measure: docs/performance.md.)"""
@@ -779,6 +792,7 @@ def test_init_then_validate_then_run_the_scaffold(spark, tmp_path, monkeypatch):
     scaffold_tests.test_the_pipeline_saves_the_big_orders(tmp_path / "own", monkeypatch)
 
 
+@pytest.mark.fast
 def test_a_file_can_compute_columns_called_name_ttl_and_emit(tmp_path):
     p = load_pipeline_file(write(tmp_path, """
         pipeline: column_names
@@ -806,6 +820,7 @@ def test_a_file_can_compute_columns_called_name_ttl_and_emit(tmp_path):
     assert [f for f, _ in p.plan.nodes["windows"].schema][-1] == "emit"
 
 
+@pytest.mark.fast
 def test_validate_reports_every_error_of_a_file_at_once(tmp_path):
     text = """
         pipeline: many_errors
@@ -848,6 +863,7 @@ def test_validate_reports_every_error_of_a_file_at_once(tmp_path):
     assert report["errors"] == [{"line": e.line, "error": str(e)} for e in errors]
 
 
+@pytest.mark.fast
 def test_declaration_errors_are_reported_with_the_others(tmp_path):
     with pytest.raises(PipelineFileError) as caught:
         load_pipeline_file(write(tmp_path, """

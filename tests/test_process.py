@@ -150,6 +150,7 @@ def test_an_output_that_does_not_fit_stops_the_pipeline_naming_step_key_and_reco
             "'ann'})") in message
 
 
+@pytest.mark.fast
 def test_the_plan_refuses_updating_steps_around_a_process_step():
     p = hr.Pipeline("process_plan")
     keyed = p.source("purchases", TestSource([], schema=SCHEMA), event_time="ts").key_by("user")

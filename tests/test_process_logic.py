@@ -14,6 +14,8 @@ from headrace.engine.process_logic import ProcessLogic, ProcessState
 from headrace.errors import StepFunctionError
 from headrace.state import StateUsageError
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 OUTPUT = (("key", "string"), ("what", "string"), ("n", "long"))
 
 

@@ -29,6 +29,7 @@ def kafka_pipeline(trigger: str = "real-time", servers: str = "127.0.0.1:9092", 
     return p
 
 
+@pytest.mark.fast
 def test_explain_says_a_native_kafka_pipeline_can_run_in_real_time_mode() -> None:
     text = kafka_pipeline(trigger="micro-batch").explain()
     assert "real-time mode: possible (Pipeline(..., trigger='real-time'))" in text
@@ -39,6 +40,7 @@ def test_explain_says_a_native_kafka_pipeline_can_run_in_real_time_mode() -> Non
     assert "output mode update" in text
 
 
+@pytest.mark.fast
 def test_explain_gives_every_reason_a_pipeline_cannot_run_in_real_time_mode(tmp_path: Path) -> None:
     p = hr.Pipeline("slow")
     clicks = p.source("clicks", hr.sources.Files(str(tmp_path), schema="user string, t timestamp"),
@@ -53,6 +55,7 @@ def test_explain_gives_every_reason_a_pipeline_cannot_run_in_real_time_mode(tmp_
     assert "the pipeline has 2 sinks ('tidied', 'copy')" in reasons
 
 
+@pytest.mark.fast
 def test_a_real_time_pipeline_spark_would_refuse_is_refused_when_built() -> None:
     p = hr.Pipeline("alerts", trigger="real-time")
     orders = p.source("orders", hr.sources.Kafka("orders", schema=SCHEMA))
@@ -66,6 +69,7 @@ def test_a_real_time_pipeline_spark_would_refuse_is_refused_when_built() -> None
            "exactly_once=False" in message
 
 
+@pytest.mark.fast
 def test_a_window_emitting_final_results_cannot_run_in_real_time_mode() -> None:
     p = hr.Pipeline("counts", trigger="real-time")
     orders = p.source("orders", hr.sources.Kafka("orders", schema=f"{SCHEMA}, t timestamp"), event_time="t")
@@ -76,6 +80,7 @@ def test_a_window_emitting_final_results_cannot_run_in_real_time_mode() -> None:
         p.validate()
 
 
+@pytest.mark.fast
 def test_an_unknown_trigger_is_refused() -> None:
     with pytest.raises(PlanError, match="pipeline 'p': unknown trigger 'continuous'; use 'micro-batch' or "
                                         "'real-time'"):

@@ -164,6 +164,7 @@ def test_a_keyed_window_upserted_into_hashes_ends_with_the_window_counts(spark: 
     assert hashes() == dict(expected)
 
 
+@pytest.mark.fast
 def test_bad_arguments_say_what_is_wrong() -> None:
     cases = [
         (dict(), r"give stream= \(append each row as a stream entry\) or key_prefix= and key="),

@@ -128,6 +128,7 @@ def test_several_streams_arrive_exactly_once_with_their_metadata(spark: Any, ser
     assert max(per_batch) == 300 and len(per_batch) == 4, per_batch  # capped, shared between the streams
 
 
+@pytest.mark.fast
 def test_latest_start_and_a_replay_read_exactly_the_planned_entries(server: Any, tmp_path: Path) -> None:
     """The reader as Spark drives it, without Spark: a batch planned once and replayed by another
     process (no cache) after more entries arrived reads the same entries; the stop file holds it."""

@@ -19,6 +19,8 @@ from headrace.runtime.progress import summarise
 from headrace.schema import Schema
 from headrace.server.config_info import redact
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 END_OF_INPUT_WATERMARK_MS = 253402214400000  # Spark's watermark once a bounded input ended (9999-12-31)
 
 

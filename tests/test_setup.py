@@ -12,6 +12,8 @@ import pytest
 from headrace.environment import session
 from headrace.errors import SetupError
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -209,6 +209,7 @@ def test_an_outage_past_the_restart_policy_stops_the_pipeline_saying_what_to_do(
     assert table_rows(pg, name) == expected([0, 1])
 
 
+@pytest.mark.fast
 def test_only_transient_errors_are_retried():
     import psycopg
 
@@ -257,6 +258,7 @@ def test_a_wrong_database_fails_at_once(monkeypatch):
     assert len(attempts) == 1  # not retried: no backoff waited
 
 
+@pytest.mark.fast
 def test_retry_settings_are_checked():
     with pytest.raises(PlanError, match=r"Postgres sink for table 't': retries must be a whole number"):
         Postgres("t", retries=-1)

@@ -67,12 +67,14 @@ def test_console_prints_header_and_rows(spark, capsys):
     assert "only showing the first 2 rows" in out
 
 
+@pytest.mark.fast
 def test_console_format_truncates_and_shows_nulls():
     text = format_batch(0, ["s"], [["x" * 30], [None]], width=10)
     assert "|xxxxxxx...|" in text and "|null      |" in text
     assert format_batch(1, ["s"], []).endswith("(no rows)")
 
 
+@pytest.mark.fast
 def test_console_rejects_bad_arguments():
     with pytest.raises(PlanError, match="limit"):
         Console(limit=-1)
@@ -120,6 +122,7 @@ def test_file_sink_native_streaming_layout(spark, tmp_path, fmt):
         sink.write_batch(words(spark, [("d", 4)]), 2)
 
 
+@pytest.mark.fast
 def test_file_sink_rejects_bad_arguments():
     with pytest.raises(PlanError, match="format"):
         FileSink("/tmp/x", format="csv")
@@ -343,6 +346,7 @@ def test_postgres_reconnects_when_its_connection_was_lost(spark, pg, table):
     assert rows_of(pg, table) == [("a", 1), ("b", 2)]
 
 
+@pytest.mark.fast
 def test_postgres_rejects_bad_arguments():
     with pytest.raises(PlanError, match="key"):
         Postgres("t", key=[])
@@ -350,6 +354,7 @@ def test_postgres_rejects_bad_arguments():
         Postgres("")
 
 
+@pytest.mark.fast
 def test_redact_dsn():
     assert redact_dsn("postgresql://u:pw@h:5/db") == "postgresql://u@h:5/db"
     assert redact_dsn("host=h password='a b' user=u") == "host=h user=u"

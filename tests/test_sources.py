@@ -98,6 +98,7 @@ def assert_flush_row(table: pa.Table) -> None:
 # Generator
 
 
+@pytest.mark.fast
 def test_generator_config_and_validation() -> None:
     gen = Generator(kind="words", limit=10, seed=3)
     assert gen.bounded and not Generator().bounded
@@ -112,6 +113,7 @@ def test_generator_config_and_validation() -> None:
         Generator(rate=0)
 
 
+@pytest.mark.fast
 def test_generator_is_a_pure_function_of_seed_and_index() -> None:
     for kind in ("ysb", "words", "clicks"):
         whole = generate(kind, 0, 1000, seed=7)
@@ -120,6 +122,7 @@ def test_generator_is_a_pure_function_of_seed_and_index() -> None:
         assert not generate(kind, 0, 1000, seed=8).equals(whole)
 
 
+@pytest.mark.fast
 def test_generator_reader_offsets_and_partitions(tmp_path: Any) -> None:
     gen = Generator(limit=25, rows_per_batch=10, partitions=3)
     reader = GeneratorStreamReader({**gen.options(), "hr_run_dir": str(tmp_path), "hr_source": "g"})
@@ -178,6 +181,7 @@ def test_generator_rate_is_honoured(spark: Any, tmp_path: Any) -> None:
     assert (times[-1] - times[0]).total_seconds() == pytest.approx(0.998)
 
 
+@pytest.mark.fast
 def test_generator_clicks_come_in_bursts() -> None:
     table = generate("clicks", 0, 200_000, rate=1000).to_pandas()
     table = table.sort_values(["user_id", "event_time"])
@@ -188,6 +192,7 @@ def test_generator_clicks_come_in_bursts() -> None:
     assert {len(line.split()) for line in words} == {3, 4, 5, 6, 7, 8}
 
 
+@pytest.mark.fast
 def test_ysb_ads_table() -> None:
     ads = ysb_ads()
     assert len(ads) == 1000 and YSB_ADS_SCHEMA == (("ad_id", "string"), ("campaign_id", "string"))
@@ -317,6 +322,7 @@ def test_files_fail_fast_names_file_and_line(spark: Any, tmp_path: Any) -> None:
     run.query.stop()
 
 
+@pytest.mark.fast
 def test_file_reader_directly(tmp_path: Any) -> None:
     """Offsets and parsing rules without Spark."""
     (tmp_path / "b.jsonl").write_text('{"n": 2.0, "name": 5, "at": "2024-01-01T01:00:00+01:00"}\n')
@@ -386,6 +392,7 @@ def test_socket_reads_lines_until_the_peer_closes(spark: Any, tmp_path: Any) -> 
     assert len(os.listdir(tmp_path / "socket" / "sock")) <= 1  # committed segments are deleted
 
 
+@pytest.mark.fast
 def test_socket_connection_failure_is_reported(tmp_path: Any) -> None:
     from headrace.connectors.spark_readers.socket import SocketStreamReader
 

@@ -44,6 +44,7 @@ def clicks_pipeline(name: str, batches: list | None = None, *, event_time: bool 
 
 # -- plan time: what the query is, and the errors that point at it -----------------------------------
 
+@pytest.mark.fast
 def test_the_query_decides_how_the_step_runs():
     p = clicks_pipeline("shapes")
     p.table("users", [{"user": "u1", "country": "fr"}])
@@ -72,6 +73,7 @@ def test_the_query_decides_how_the_step_runs():
     ("SELECT user, (SELECT max(country) FROM users) AS c FROM clicks", False),
     ("SELECT user FROM clicks TABLESAMPLE (10 PERCENT)", False),
 ])
+@pytest.mark.fast
 def test_a_query_that_only_projects_its_stream_gives_a_row_per_record(query, each_record):
     """Only a projection of one stream is counted as its input (``headrace/spark/step_counts.py``):
     a filter, a join, a generator, a nested query or a sample can change the number of rows."""
@@ -80,6 +82,7 @@ def test_a_query_that_only_projects_its_stream_gives_a_row_per_record(query, eac
     assert p.sql(query).node.each_record is each_record
 
 
+@pytest.mark.fast
 def test_a_syntax_error_names_the_step_its_line_and_the_query_line_and_column():
     p = clicks_pipeline("syntax")
     line = next_line() + 1
@@ -91,6 +94,7 @@ def test_a_syntax_error_names_the_step_its_line_and_the_query_line_and_column():
     assert message.endswith("    3 | GROUP url\n      |       ^^^")
 
 
+@pytest.mark.fast
 def test_an_unknown_name_lists_the_pipelines_streams_and_tables():
     p = clicks_pipeline("unknown")
     p.table("users", [{"user": "u1", "country": "fr"}])
@@ -104,6 +108,7 @@ def test_an_unknown_name_lists_the_pipelines_streams_and_tables():
     assert message.endswith("    3 | JOIN userz u ON c.user = u.user\n      |      ^^^^^")
 
 
+@pytest.mark.fast
 def test_a_window_on_a_stream_without_event_time_is_refused():
     p = clicks_pipeline("no_time", event_time=False)
     line = next_line() + 1
@@ -158,6 +163,7 @@ def test_a_window_on_a_stream_without_event_time_is_refused():
     ("SELECT 'open FROM clicks", "is a quote or a backtick left open"),
     ("   ", "sql needs a query string"),
 ])
+@pytest.mark.fast
 def test_what_a_streaming_query_cannot_do_is_refused_with_the_reason(query, message):
     p = clicks_pipeline("limits")
     p.table("users", [{"user": "u1", "country": "fr"}])
@@ -166,6 +172,7 @@ def test_what_a_streaming_query_cannot_do_is_refused_with_the_reason(query, mess
         p.sql(query, name="q")
 
 
+@pytest.mark.fast
 def test_an_aggregate_of_an_aggregate_is_refused_across_steps():
     p = clicks_pipeline("twice")
     p.sql("SELECT url, count(*) AS n FROM clicks GROUP BY url", name="per_url")
@@ -176,6 +183,7 @@ def test_an_aggregate_of_an_aggregate_is_refused_across_steps():
         p.sql("SELECT n, count(*) AS urls FROM per_url GROUP BY n", name="histogram")
 
 
+@pytest.mark.fast
 def test_explain_shows_the_sql_step_and_how_it_is_lowered():
     p = clicks_pipeline("explained")
     p.sql("SELECT window, url, count(*) AS n\n  FROM clicks\n GROUP BY window(ts, '1 minute'), url",
@@ -191,6 +199,7 @@ def test_explain_shows_the_sql_step_and_how_it_is_lowered():
                                                              {"clicks": "clicks_event_time"})
 
 
+@pytest.mark.fast
 def test_an_sql_aggregate_is_state_identity_for_restarts():
     def build(name: str, query: str) -> hr.Pipeline:
         p = clicks_pipeline("restart")
@@ -207,6 +216,7 @@ def test_an_sql_aggregate_is_state_identity_for_restarts():
     assert not reshaped.allowed and "query shape aggregate → windowed aggregate" in reshaped.message()
 
 
+@pytest.mark.fast
 def test_a_windowed_query_keeps_a_pipeline_out_of_real_time_mode():
     p = hr.Pipeline("sql_real_time", trigger="real-time")
     p.source("orders", hr.sources.Kafka("orders", schema="user string, t timestamp"), event_time="t")
@@ -217,6 +227,7 @@ def test_a_windowed_query_keeps_a_pipeline_out_of_real_time_mode():
         p.validate()
 
 
+@pytest.mark.fast
 def test_rewriting_keeps_the_users_query_and_maps_positions_back():
     query = "SELECT c.url FROM clicks c\nJOIN users ON c.user = users.user WHERE nope > 1"
     rewritten = rewrite(query, {"clicks": "v1", "users": "v2"})
@@ -549,6 +560,7 @@ def test_a_filter_after_the_event_time_declaration_does_not_hide_records_from_th
     (lambda p: (p.udf("depth", path_depth), p.udf("depth", len)),
      r"udf 'depth' \(test_sql.py:\d+\): a function of that name is registered already, at test_sql.py:\d+"),
 ])
+@pytest.mark.fast
 def test_a_function_for_sql_is_refused_with_the_reason(register, message):
     with pytest.raises(hr.PlanError, match=message):
         register(clicks_pipeline("udfs"))
@@ -568,6 +580,7 @@ def top_three(rows: list[dict], order: Any) -> list[tuple]:
     return [(r["auction"], r["price"], r["ts"], rank) for rank, r in enumerate(ranked, start=1)]
 
 
+@pytest.mark.fast
 def test_the_top_n_keeps_n_rows_per_key_when_its_order_allows_it():
     """Spark's max_by(row, order, N) when each ascending key is a number or a time; else each
     key's list of rows, sorted and cut."""

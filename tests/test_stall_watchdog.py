@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 
 @pytest.mark.timeout(3)
 def test_stalls():

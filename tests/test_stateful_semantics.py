@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import pytest
+
 import headrace as hr
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource, Watermark
@@ -177,6 +179,7 @@ class Summary(hr.AggregateFunction):
         return {"n": acc}
 
 
+@pytest.mark.fast
 def test_a_window_result_named_like_a_column_the_window_adds_is_refused_when_built():
     """Every shape and window function: a result field named like a key, a window bound or (when
     the window has them) a pane column is refused naming the step, its line and the column; the

@@ -13,6 +13,8 @@ from headrace.engine.process_logic import ProcessState
 from headrace.engine.window_panes import Pane, WindowState
 from headrace.spark.stateful import load_state
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 
 def _pickled_as(monkeypatch: pytest.MonkeyPatch, state: object, old_module: str, classes: list[type]) -> bytes:
     """``state`` pickled as a version that kept ``classes`` in ``old_module`` would have pickled it."""

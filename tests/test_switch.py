@@ -142,6 +142,7 @@ def test_a_switch_that_cannot_be_made_changes_nothing_and_says_why(pg, capsys, a
     assert err.startswith(f"headrace: {message}") and err.count("\n") == 1, err
 
 
+@pytest.mark.fast
 def test_a_folder_is_not_replaced_by_a_link(tmp_path, capsys):
     (tmp_path / "orders").mkdir()
     (tmp_path / "orders@v2").mkdir()

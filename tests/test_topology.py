@@ -333,6 +333,7 @@ def words_builder(name: str = "storm_plan") -> hr.TopologyBuilder:
     return builder
 
 
+@pytest.mark.fast
 def test_a_bolt_is_an_operator_node_and_each_subscription_an_edge():
     builder = words_builder()
     builder.set_bolt("e1", Exclaim(), 3).shuffle_grouping("word")
@@ -381,6 +382,7 @@ class Directed(hr.Bolt):
         pass
 
 
+@pytest.mark.fast
 def test_errors_in_components_and_parallelism_name_the_step_and_the_value():
     builder = words_builder("storm_errors_a")
     assert "unknown component 'splt'; declared so far: word, x (declare a component with set_spout or set_bolt " \
@@ -407,6 +409,7 @@ def test_errors_in_components_and_parallelism_name_the_step_and_the_value():
     assert "the name is already used by the source step" in error_of(lambda: builder.set_bolt("word", Exclaim()))
 
 
+@pytest.mark.fast
 def test_errors_in_subscriptions_name_the_stream_and_what_it_declares():
     builder = words_builder("storm_errors_b")
     builder.set_bolt("e", Exclaim()).shuffle_grouping("word")
@@ -434,6 +437,7 @@ def test_errors_in_subscriptions_name_the_stream_and_what_it_declares():
     assert "expected a function (tuple, tasks) -> task index" in error_of(lambda: declarer.custom_grouping("word", 3))
 
 
+@pytest.mark.fast
 def test_errors_in_streams_out_of_a_topology():
     builder = words_builder("storm_errors_c")
     builder.set_bolt("u", Untyped()).shuffle_grouping("word")
@@ -472,6 +476,7 @@ class OddlyBounded(TypedSpout):
     bounded = "yes"
 
 
+@pytest.mark.fast
 def test_errors_in_spouts():
     builder = hr.TopologyBuilder("storm_errors_d")
     assert "a spout declares exactly one stream (declare_output_fields = 'word string'), got 2: a, b" in \
@@ -494,6 +499,7 @@ def test_errors_in_spouts():
         error_of(lambda: builder.set_spout("s", stream))
 
 
+@pytest.mark.fast
 def test_errors_in_declared_fields_and_windows():
     class Mixed(Exclaim):
         declare_output_fields = "word string, count"
@@ -588,6 +594,7 @@ class Emits(hr.Bolt):
      "emit_direct to task 7: the receiving bolt has tasks 0 to 1"),
     (lambda b, t: b.fail("x"), "fail takes a tuple the bolt received, got 'x'"),
 ])
+@pytest.mark.fast
 def test_emit_errors_name_the_bolt_task_window_and_line(how, message):
     bolt = Emits(how)
     with pytest.raises(StepFunctionError) as caught:
@@ -596,6 +603,7 @@ def test_emit_errors_name_the_bolt_task_window_and_line(how, message):
     assert "task 0, window 4: " + message in str(caught.value)
 
 
+@pytest.mark.fast
 def test_an_exception_in_process_names_the_bolt_method_and_tuple():
     def boom(bolt, tuple):
         raise KeyError("wrd")
@@ -606,6 +614,7 @@ def test_an_exception_in_process_names_the_bolt_method_and_tuple():
         str(caught.value)
 
 
+@pytest.mark.fast
 def test_a_missing_timestamp_field_names_the_tuple_and_the_field():
     bolt = Sum().with_window("10s").with_timestamp_field("ts")
     with pytest.raises(StepFunctionError) as caught:
@@ -623,6 +632,7 @@ class Ticks(hr.Bolt):
             self.emit([tuple["time_ms"]])
 
 
+@pytest.mark.fast
 def test_a_tick_tuple_comes_when_the_processing_time_crosses_a_multiple_of_the_period():
     out, state = run_bolt(Ticks(), [], now=5_000)
     assert out == []  # the first window only notes the time
@@ -634,6 +644,7 @@ def test_a_tick_tuple_comes_when_the_processing_time_crosses_a_multiple_of_the_p
     assert [t.values for _, _, t in out] == [(40_000,)]
 
 
+@pytest.mark.fast
 def test_a_windowed_bolts_buffer_is_its_state_across_windows():
     bolt = Sum().with_window(4, 2)
     out, state = run_bolt(bolt, [{"value": v} for v in (1, 2, 3)])
@@ -642,6 +653,7 @@ def test_a_windowed_bolts_buffer_is_its_state_across_windows():
     assert [t["total"] for _, _, t in out] == [10]  # 1 + 2 + 3 + 4: the window spans two micro-batches
 
 
+@pytest.mark.fast
 def test_tuples_helpers_and_their_errors():
     t = hr.Tuple(["storm", 3, 2.5, True, b"x"], ("word", "count", "ratio", "ok", "raw"), source_component="split")
     assert (t.get_string("word"), t.get_integer(1), t.get_long("count"), t.get_double("count"),
@@ -660,6 +672,7 @@ def test_tuples_helpers_and_their_errors():
 # ---------------------------------------------------------------------------------------------
 # Window activations, against a plain model
 
+@pytest.mark.fast
 @given(st.integers(1, 12), st.integers(1, 12), st.integers(0, 60))
 def test_count_windows_hold_the_last_length_tuples_every_interval(length, interval, n):
     buffer = WindowBuffer(WindowConfig(length, True, interval, True))
@@ -676,6 +689,7 @@ def test_count_windows_hold_the_last_length_tuples_every_interval(length, interv
     assert seen == expected
 
 
+@pytest.mark.fast
 @given(st.lists(st.integers(0, 40_000), min_size=1, max_size=30), st.integers(1, 4), st.integers(1, 4))
 def test_event_time_windows_hold_the_tuples_of_start_to_end_once_the_watermark_passes(times, slots, step):
     every = 1_000 * step
@@ -697,6 +711,7 @@ def test_event_time_windows_hold_the_tuples_of_start_to_end_once_the_watermark_p
     assert fired == expected
 
 
+@pytest.mark.fast
 def test_two_spouts_with_their_own_sources_are_refused_with_what_to_do():
     builder = words_builder("storm_two_spouts")
     builder.set_spout("more", TestSource([[{"word": "b"}]], schema="word string"))
@@ -749,6 +764,7 @@ def read_values(reader, start: dict, end: dict) -> list:
             for row in batch.to_pylist() if row["value"] is not None]
 
 
+@pytest.mark.fast
 def test_a_spout_batch_is_spooled_so_a_replay_reads_it_again_and_acks_follow_the_commit(tmp_path):
     reader = spout_reader(Counting(), tmp_path)
     first = reader.latestOffset(reader.initialOffset())
@@ -766,6 +782,7 @@ def test_a_spout_batch_is_spooled_so_a_replay_reads_it_again_and_acks_follow_the
     assert restarted._tasks[0].acked == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.fast
 def test_tuples_spooled_before_a_crash_go_into_the_next_batch(tmp_path):
     reader = spout_reader(Counting(), tmp_path)
     first = reader.latestOffset(reader.initialOffset())
@@ -792,6 +809,7 @@ class Chatty(hr.Spout):
     (lambda s: s.emit(["one"]), "emitted ['one'], which does not fit its fields (`value` long)"),
     (lambda s: 1 / 0, "next_tuple raised ZeroDivisionError: division by zero"),
 ])
+@pytest.mark.fast
 def test_spout_errors_name_the_spout_its_method_and_the_tuple(tmp_path, emit, message):
     reader = spout_reader(Chatty(emit), tmp_path)
     with pytest.raises(SourceError) as caught:
@@ -800,6 +818,7 @@ def test_spout_errors_name_the_spout_its_method_and_the_tuple(tmp_path, emit, me
     assert message in str(caught.value)
 
 
+@pytest.mark.fast
 def test_emit_outside_a_run_says_where_it_works():
     with pytest.raises(RuntimeError, match="Counting.emit works only inside next_tuple .to emit a failed tuple "
                                            "again, keep it in fail.. and emit it from next_tuple."):
@@ -808,6 +827,7 @@ def test_emit_outside_a_run_says_where_it_works():
         Exclaim().emit(["a"])
 
 
+@pytest.mark.fast
 def test_more_declaration_and_builder_errors():
     class Raises(Exclaim):
         def declare_output_fields(self, declarer):
@@ -859,6 +879,7 @@ def test_more_declaration_and_builder_errors():
     ({"value": 1, "ts": "noon"}, "the timestamp field 'ts' of Tuple(value=1, ts='noon'; from src:default task 0) is "
                                  "'noon'; it must be epoch milliseconds or a datetime"),
 ])
+@pytest.mark.fast
 def test_records_a_bolt_cannot_take_are_named(record, message):
     with pytest.raises(StepFunctionError) as caught:
         run_bolt(Sum().with_window("10s").with_timestamp_field("ts"), [record])
@@ -870,6 +891,7 @@ class Grumpy(Counting):
         raise OSError("the queue is gone")
 
 
+@pytest.mark.fast
 def test_a_spout_ack_that_raises_names_the_spout_and_method(tmp_path):
     reader = spout_reader(Grumpy(), tmp_path)
     first = reader.latestOffset(reader.initialOffset())
@@ -878,6 +900,7 @@ def test_a_spout_ack_that_raises_names_the_spout_and_method(tmp_path):
         reader.latestOffset(first)
 
 
+@pytest.mark.fast
 def test_a_spouts_parallelism_cannot_change_on_restart(tmp_path):
     from headrace.connectors.base import SourceContext
     from headrace.connectors.spout import SpoutReader, SpoutSource
@@ -901,6 +924,7 @@ class Judge(hr.Bolt):
         (self.fail if tuple["value"] < 0 else self.ack)(tuple)
 
 
+@pytest.mark.fast
 def test_acks_and_fails_are_counted_and_a_failed_tuples_spout_roots_leave_the_window():
     spec = WindowSpec("judge", cloudpickle.dumps(Judge()), 1, {7: "numbers.default"}, {}, 1, 0, 0, {})
     rows = [(7, cloudpickle.dumps({"value": v, "_hr_seq": seq, "_hr_task": 0}), False)
@@ -914,6 +938,7 @@ def test_acks_and_fails_are_counted_and_a_failed_tuples_spout_roots_leave_the_wi
     assert (judge.acked, judge.failed) == (2, 2)
 
 
+@pytest.mark.fast
 def test_a_fluent_step_is_a_component_by_its_name_or_as_a_spout():
     p = hr.Pipeline("storm_fluent_components")
     lines = p.source("lines", TestSource([[{"line": "a b"}]], schema="line string"))
@@ -930,6 +955,7 @@ def test_a_fluent_step_is_a_component_by_its_name_or_as_a_spout():
         error_of(lambda: builder.set_bolt("x", Exclaim()).fields_grouping("split", "line"))
 
 
+@pytest.mark.fast
 def test_a_processing_time_window_holds_the_tuples_of_the_micro_batches_in_it():
     bolt = Sum().with_window("10s")  # tumbling, on the micro-batches' processing time
     totals, state = [], None
@@ -939,6 +965,7 @@ def test_a_processing_time_window_holds_the_tuples_of_the_micro_batches_in_it():
     assert totals == [[], [], [6], [4]]  # [0 s, 10 s) once the time reached 10 s; [10 s, 20 s) at 25 s
 
 
+@pytest.mark.fast
 def test_spout_tasks_take_turns_and_each_keeps_its_own_state(tmp_path):
     from headrace.connectors.base import SourceContext
     from headrace.connectors.spout import SpoutReader, SpoutSource

@@ -65,6 +65,7 @@ def where(pipeline: hr.Pipeline, step: str) -> str:
     return pipeline.plan.nodes[step].defined_at
 
 
+@pytest.mark.fast
 def test_an_unchanged_pipeline_restarts(tmp_path):
     aggs = {"top_url": hr.max("url"), "n": hr.count()}  # stored and read back in their order
     root = Path(ran_with(tmp_path, clicks(aggs=aggs))) / "clicks"
@@ -73,6 +74,7 @@ def test_an_unchanged_pipeline_restarts(tmp_path):
     assert {step.status for step in verdict.steps} == {"kept"}
 
 
+@pytest.mark.fast
 def test_a_renamed_stateful_step_is_refused(tmp_path):
     new = clicks(step="per_window")
     message = refusal(tmp_path, clicks(), new)
@@ -81,6 +83,7 @@ def test_a_renamed_stateful_step_is_refused(tmp_path):
             "saved state, so a rename would lose it; keep the name 'per_10s'. ") in message
 
 
+@pytest.mark.fast
 def test_a_removed_stateful_step_is_refused(tmp_path):
     old = clicks()
     message = refusal(tmp_path, old, clicks(with_window=False))
@@ -88,6 +91,7 @@ def test_a_removed_stateful_step_is_refused(tmp_path):
             "and Spark cannot restart a query without a stateful step it had. ") in message
 
 
+@pytest.mark.fast
 def test_an_added_stateful_step_is_refused(tmp_path):
     new = clicks()
     message = refusal(tmp_path, clicks(with_window=False), new)
@@ -95,6 +99,7 @@ def test_an_added_stateful_step_is_refused(tmp_path):
             "to a query that has already run (it would find no state for it). ") in message
 
 
+@pytest.mark.fast
 def test_a_rekeyed_window_is_refused(tmp_path):
     new = clicks(key="url")
     message = refusal(tmp_path, clicks(), new)
@@ -104,6 +109,7 @@ def test_a_rekeyed_window_is_refused(tmp_path):
         f"for the old settings. {FRESH}")
 
 
+@pytest.mark.fast
 def test_another_window_shape_is_refused(tmp_path):
     message = refusal(tmp_path, clicks(), clicks(window=hr.Session("10s")))
     assert "stateful step 'per_10s' (window, " in message
@@ -111,12 +117,14 @@ def test_another_window_shape_is_refused(tmp_path):
             "settings") in message
 
 
+@pytest.mark.fast
 def test_other_aggregates_are_refused(tmp_path):
     message = refusal(tmp_path, clicks(), clicks(aggs={"n": hr.count(), "last_url": hr.max("url")}))
     assert "stateful step 'per_10s' (window, " in message
     assert "changed aggregates n=count() → n=count(), last_url=max(url): its saved state" in message
 
 
+@pytest.mark.fast
 def test_other_emission_is_refused(tmp_path):
     p = clicks()
     q = hr.Pipeline("clicks")
@@ -129,6 +137,7 @@ def test_other_emission_is_refused(tmp_path):
             "operator → stateful processor: its saved state") in message
 
 
+@pytest.mark.fast
 def test_changed_generator_options_are_refused(tmp_path):
     old = clicks()
     message = refusal(tmp_path, old, clicks(seed=7))
@@ -136,6 +145,7 @@ def test_changed_generator_options_are_refused(tmp_path):
             "would point at other records. ") in message
 
 
+@pytest.mark.fast
 def test_a_renamed_source_is_refused(tmp_path):
     message = refusal(tmp_path, clicks(), clicks(source="clicks"))
     assert ("source 'events' (Generator, test_upgrade.py:") in message
@@ -143,6 +153,7 @@ def test_a_renamed_source_is_refused(tmp_path):
             "checkpoint, so a rename would lose them; keep the name 'events'") in message
 
 
+@pytest.mark.fast
 def test_bounded_restarted_as_unbounded_is_refused(tmp_path):
     message = refusal(tmp_path, clicks(), clicks(limit=None))
     assert ("source 'events' (Generator, test_upgrade.py:") in message
@@ -151,6 +162,7 @@ def test_bounded_restarted_as_unbounded_is_refused(tmp_path):
             "late)") in message
 
 
+@pytest.mark.fast
 def test_a_file_source_keeps_path_format_and_schema(tmp_path):
     def files(schema: str, fail_fast: bool) -> hr.Pipeline:
         p = hr.Pipeline("files")
@@ -163,6 +175,7 @@ def test_a_file_source_keeps_path_format_and_schema(tmp_path):
     assert [str(c) for c in changed.refused[0].changes] == ["schema word string → word string, n long"]
 
 
+@pytest.mark.fast
 def test_stateless_changes_and_new_sinks_are_allowed_without_spark():
     old = clicks()
     new = hr.Pipeline("clicks")
@@ -182,6 +195,7 @@ def test_stateless_changes_and_new_sinks_are_allowed_without_spark():
     assert by_name["out"].status == "kept"  # a null sink has no commits to continue, whatever writes it
 
 
+@pytest.mark.fast
 def test_a_file_sink_that_would_change_writer_is_refused(tmp_path):
     def files(*extra: str) -> hr.Pipeline:
         p = hr.Pipeline("clicks")
@@ -213,6 +227,7 @@ counts.sink("out", hr.sinks.Console())
 '''
 
 
+@pytest.mark.fast
 def test_explain_against_checkpoint(tmp_path, capsys, monkeypatch):
     path = tmp_path / "clicks.py"
     path.write_text(PIPELINE_FILE)
@@ -366,6 +381,7 @@ def counts(ttl: str | None) -> hr.Pipeline:
     return p
 
 
+@pytest.mark.fast
 def test_adding_a_ttl_to_rolling_aggregates_is_refused_and_changing_it_is_allowed(tmp_path):
     message = refusal(tmp_path / "on", counts(None), counts("1h"))
     assert "stateful step 'per_user' (rolling aggregate" in message
@@ -375,6 +391,7 @@ def test_adding_a_ttl_to_rolling_aggregates_is_refused_and_changing_it_is_allowe
     assert [str(c) for v in kept.steps if v.name == "per_user" for c in v.changes] == ["ttl_ms 3600000 → 7200000"]
 
 
+@pytest.mark.fast
 def test_a_window_moved_to_another_operator_is_refused():
     sliding = clicks(window=hr.Sliding("10s", "5s"))
     new = plan_record(sliding.plan)
@@ -408,6 +425,7 @@ def with_operator(operator: hr.Operator | None = None, partitions: int = 2, name
     return p
 
 
+@pytest.mark.fast
 def test_an_operator_keeps_its_partitions_and_class_and_may_be_added(tmp_path):
     message = refusal(tmp_path / "a", with_operator(_Count()), with_operator(_Count(), partitions=3))
     assert "stateful step 'count' (operator _Count" in message and "partitions 2 → 3" in message

@@ -14,6 +14,8 @@ import headrace as hr
 from headrace.connectors.view_store import ViewReader, ViewWriter
 from headrace.errors import PlanError
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 
 def test_a_batch_is_applied_once_and_a_key_keeps_its_last_row(tmp_path: Path):
     path = str(tmp_path / "views.sqlite")

@@ -16,6 +16,8 @@ from headrace.engine.window_panes import Fired, WindowLogic, WindowState
 from headrace.triggers import AfterDelay, AfterWatermark, CountTrigger, Emission, EveryN
 from headrace.windows import Count, Global, Session, Sliding, Tumbling
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 
 class SumCount(WindowFunction):
     def create(self) -> tuple[int, int]:

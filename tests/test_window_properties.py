@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from headrace.engine.window_functions import BuiltinAggregates
 from headrace.engine.window_panes import WindowLogic, WindowState
 from headrace.triggers import Emission
 from headrace.windows import Count, Session, Sliding, Tumbling
+
+pytestmark = pytest.mark.fast  # needs no JVM and no service
 
 times = st.integers(min_value=0, max_value=10**7)
 
