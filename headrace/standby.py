@@ -7,7 +7,7 @@ runs a small pipeline of its own to its end (a headrace source read by Spark's P
 source, a keyed window on Spark's state store, a Files sink), whose first micro-batch
 pays once for what every pipeline's first one pays on a new JVM (code compiled, classes
 initialised, Python workers started with pyarrow), and writes ``FOLDER/ready``. A pipeline's first
-batch then comes about three times sooner (docs/performance.md, Recovery). The warm-up waits while
+batch then comes about three times sooner (docs/performance-log.md, Recovery). The warm-up waits while
 ``FOLDER/hold`` exists: the supervisor holds it while a driver it started has not settled.
 
 The supervisor (``headrace/server/supervisor.py``) hands it a pipeline by writing
