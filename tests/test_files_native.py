@@ -36,7 +36,8 @@ def test_json_lines_with_both_timestamp_forms_and_dead_letters_by_file(spark: An
                                    + json.dumps({"user": "eve", "n": 5, "ts": "2026-01-01 10:00:00"}) + "\n"
                                    + json.dumps({"user": "fay", "n": 6, "ts": "2026-01-01T10:00"}) + "\n"
                                    + json.dumps({"user": "gil", "n": 7, "ts": "2026-01-01"}) + "\n"
-                                   + json.dumps({"user": "hal", "n": 8, "ts": "10:00 am"}) + "\n")
+                                   + '{ "user":"hal",  "n": 8, "ts": "10:00 am" }\n')
+    b_lines = (inbox / "b.jsonl").read_bytes().decode().splitlines()  # a dead letter carries its line as written
     for age, name in enumerate(("a.jsonl", "b.jsonl")):  # Spark takes the oldest file first
         os.utime(inbox / name, (1_700_000_000 + age, 1_700_000_000 + age))
     p = hr.Pipeline("native_files")
@@ -53,10 +54,10 @@ def test_json_lines_with_both_timestamp_forms_and_dead_letters_by_file(spark: An
         ("gil", 7, at_ten.replace(hour=0))]
     errors = sorted((r["position"], r["raw"], r["error"].split(" of the ")[0].split(" that ")[0])
                     for r in dead.rows())
-    assert errors == [("b.jsonl", "not json", "the line is not a JSON object"),
-                      ("b.jsonl", '{"user": "cy", "n": "three", "ts": 0}', "the line is not a JSON object"),
-                      ("b.jsonl", '{"user":"dee","n":4,"ts":"yesterday"}', "a timestamp or date"),
-                      ("b.jsonl", '{"user":"hal","n":8,"ts":"10:00 am"}', "a timestamp or date")]
+    assert errors == sorted([("b.jsonl", b_lines[0], "the line is not a JSON object"),
+                             ("b.jsonl", b_lines[1], "the line is not a JSON object"),
+                             ("b.jsonl", b_lines[2], "a timestamp or date"),
+                             ("b.jsonl", b_lines[6], "a timestamp or date")])
     assert [f for f in (report["numInputRows"] for report in result.progress) if f] == [2, 7]  # a file a batch
     assert result.dead_letters == 4
 
@@ -428,6 +429,7 @@ def test_a_stateless_bounded_run_ends_without_a_flush_row(spark: Any, tmp_path: 
     assert sum(report["numInputRows"] for report in result.progress) == 20  # no flush row was read
 
 
+@pytest.mark.fast
 def test_a_bounded_spark_reader_needs_a_local_checkpoint(tmp_path: Path) -> None:
     from headrace.connectors.files_native import read_stream
     from headrace.contract import SourceContext
@@ -441,6 +443,7 @@ def test_a_bounded_spark_reader_needs_a_local_checkpoint(tmp_path: Path) -> None
                     bounded=True, fail_fast=False)
 
 
+@pytest.mark.fast
 def test_an_unknown_reader_or_a_path_spark_reads_as_a_pattern_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match=r"unknown reader 'java'; use one of spark, python"):
         hr.sources.Files(tmp_path, schema="a long", reader="java")
@@ -479,6 +482,7 @@ def test_files_logged_for_a_batch_never_planned_go_into_batches_of_their_own(spa
     assert len(first.rows()) + len(second.rows()) == len(clicks) + len(more)
 
 
+@pytest.mark.fast
 def test_forgetting_unplanned_files_keeps_what_a_planned_batch_reads(tmp_path: Path) -> None:
     """A compacted log (every tenth batch's) keeps its earlier batches' files; another kind of
     source's log and Hadoop's checksum of a kept log are left alone."""

@@ -11,7 +11,12 @@ headrace's rules say (``headrace/connectors/file_formats/``), with Spark's parse
 * a line that is not a record of the schema (Spark's corrupt-record column), or a timestamp
   or date that converts to nothing, goes to the dead letters with the file's name as its
   position (Spark gives no line numbers), or with ``fail_fast`` stops the query with a
-  ``SourceError`` naming the file and the line's text. The name comes from
+  ``SourceError`` naming the file and the line's text. JSON lines kept for their dead letters
+  are read as text and parsed by Spark's ``from_json`` (the same parser and options as its
+  JSON file source), so that a dead letter carries its line as written (``_json_lines``; a
+  line holding a JSON array is then a dead letter, where that source reads its objects); a
+  CSV row whose timestamp does not convert is written back as CSV from its fields (Spark's CSV
+  reader keeps a line's text only for a row it cannot parse). The name comes from
   ``input_file_name()``, evaluated only for such a line: selecting Spark's ``_metadata`` column
   instead made the scan carry it on every row, about 0.3 s per 2 M lines
   (``benchmarks/connectors.py --only files``);
@@ -67,6 +72,10 @@ from headrace.errors import SourceError
 from headrace.schema import Schema, arrow_schema, to_ddl
 
 CORRUPT = "_hr_corrupt"
+LINE = "_hr_line"  # a JSON line's text, read leniently (_json_lines)
+PARSED = "_hr_parsed"  # its fields, parsed
+BLANK = "_hr_blank"  # whether it is blank
+BYTE_ORDER_MARK = "\ufeff"
 CONVERTED = "_hr_converted_"  # + a temporal field's name: its value converted, in the projection of conversions
 PARTITION = "_hr_partition"  # that projection's non-deterministic column (see _with_dead_letters)
 TEMPORAL = ("timestamp", "date")
@@ -166,8 +175,8 @@ def read_stream(spark: Any, context: SourceContext, path: str, format: str, sche
         forget_unplanned(_local(context.checkpoint))
     flush = bounded and context.control_read  # the end file's flush row, when a step reads it
     end = _prepare_end(context, path, flush) if bounded else ""
-    reader = (spark.readStream.schema(_read_schema(schema, parsed, flush, corrupt=parsed and not strict))
-              .option("maxFileAge", KEEP_EVERY_FILE))
+    read_schema = _read_schema(schema, parsed, flush, corrupt=parsed and not strict)
+    reader = spark.readStream.option("maxFileAge", KEEP_EVERY_FILE)
     if bounded:
         reader = reader.option("pathGlobFilter", only_these([*_this_run(end)["files"], *[END_FILE[format]] * flush]))
     if max_files is not None:
@@ -178,7 +187,11 @@ def read_stream(spark: Any, context: SourceContext, path: str, format: str, sche
         reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
     if format == "csv":
         reader = reader.option("header", str(csv_header).lower())
-    frame = reader.format(SPARK_FORMATS[format]).load(_both(path, end) if flush else path)
+    location = _both(path, end) if flush else path
+    if keeps_lines(format, context, fail_fast):
+        frame = _json_lines(reader, location, read_schema)
+    else:
+        frame = reader.schema(read_schema).format(SPARK_FORMATS[format]).load(location)
     control = F.lit(None).cast("long")
     if flush:  # only the end file's row is a control row; Spark counts it as input, progress takes it off
         control = F.when(F.col(CONTROL_COLUMN).isNotNull() & (_file_name() == END_FILE[format]), F.col(CONTROL_COLUMN))
@@ -189,6 +202,28 @@ def read_stream(spark: Any, context: SourceContext, path: str, format: str, sche
     if flush:
         frame = frame.observe(f"{CONTROL_METRIC_PREFIX}{source}", F.count(control).alias("control_rows"))
     return frame.select(*[F.col(f"`{n}`") for n, _ in schema], control.alias(CONTROL_COLUMN))
+
+
+def keeps_lines(format: str, context: SourceContext, fail_fast: bool) -> bool:
+    """Whether the source reads JSON lines as text (``_json_lines``): when the text of a bad
+    line may be read, by a dead-letter step or in ``fail_fast``'s error. Spark's JSON file
+    source reads the others (strictly, or leniently when only the dead letters' count is read)."""
+    return format == "jsonl" and not context.strict and (fail_fast or not context.dead_letters_counted)
+
+
+def _json_lines(reader: Any, location: str, ddl: str) -> Any:
+    """JSON lines as text (``LINE``, what a dead letter carries as written) and their fields as
+    Spark's JSON parser makes them (``from_json``, the parser of its JSON file source), with the
+    corrupt-record column and ``BLANK``: a blank line, which is no record (Spark's JSON file
+    source skips it; ``_with_dead_letters`` counts it off the input rows, then drops it). A byte
+    order mark before a file's first line is not part of it."""
+    from pyspark.sql import functions as F
+
+    text = F.col("value")
+    line = F.when(text.startswith(BYTE_ORDER_MARK), text.substr(F.lit(2), F.length(text))).otherwise(text)
+    parsed = F.from_json(F.col(LINE), ddl, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    lines = reader.format("text").load(location).select(line.alias(LINE))
+    return lines.select(LINE, parsed.alias(PARSED)).select(LINE, f"{PARSED}.*", F.col(PARSED).isNull().alias(BLANK))
 
 
 def _read_strictly(frame: Any, context: SourceContext, schema: Schema, control: Any) -> Any:
@@ -237,10 +272,11 @@ def _with_dead_letters(frame: Any, context: SourceContext, path: str, format: st
         unreadable = unreadable | (F.col(PARTITION) < 0)
     corrupt = F.col(CORRUPT).isNotNull()
     bad = corrupt | unreadable
-    if not context.dead_letters_counted:
-        frame = count_dead_letters(frame, source, bad, control if count_control else None,
-                                   records=record_count(control) if context.count_records else None)
-    raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*[F.col(f"`{n}`") for n, _ in schema])))
+    frame = _counted(frame, context, bad, control if count_control else None)
+    if format == "csv":
+        raw = F.coalesce(F.col(CORRUPT), _csv_row(schema))
+    else:  # without the lines' text, only the dead letters' count is read (keeps_lines)
+        raw = F.col(LINE) if LINE in frame.columns else F.col(CORRUPT)
     error = F.when(corrupt, F.lit(f"the line is not a {'JSON object' if format == 'jsonl' else 'CSV row'} of the "
                                   f"schema {to_ddl(schema)}")).otherwise(F.lit("a timestamp or date that is neither "
                                                                               "ISO-8601 text nor epoch milliseconds"))
@@ -252,6 +288,34 @@ def _with_dead_letters(frame: Any, context: SourceContext, path: str, format: st
     dead = [F.when(bad, raw).alias(DEAD_COLUMNS[0]), F.when(bad, error).alias(DEAD_COLUMNS[1]),
             F.when(bad, _file_name()).alias(DEAD_COLUMNS[2])]
     return frame.select(*columns, control.alias(CONTROL_COLUMN), *dead)
+
+
+def _counted(frame: Any, context: SourceContext, bad: Any, control: Any) -> Any:
+    """``frame`` with its dead letters counted (``count_dead_letters``) unless the query counts
+    them (``SourceContext.dead_letters_counted``), and without the blank lines of JSON lines read
+    as text, counted beside the control rows: Spark counts them as input rows, progress takes
+    them off, as it does control rows."""
+    from pyspark.sql import functions as F
+
+    blank = F.col(BLANK) if BLANK in frame.columns else None
+    not_records = control if blank is None else F.when(blank, F.lit(0)).otherwise(control)
+    if not context.dead_letters_counted:
+        frame = count_dead_letters(frame, context.source_name, bad, not_records,
+                                   records=record_count(not_records) if context.count_records else None)
+    elif blank is not None:
+        frame = frame.observe(f"{CONTROL_METRIC_PREFIX}{context.source_name}",
+                              F.count(not_records).alias("control_rows"))
+    return frame if blank is None else frame.where(~blank)
+
+
+def _csv_row(schema: Schema) -> Any:
+    """A CSV row whose timestamp or date does not convert, written back as CSV from its fields
+    as Spark's CSV parser read them (the temporal ones as their text): Spark's CSV reader gives
+    a line as written only for a row it cannot parse."""
+    from pyspark.sql import functions as F
+
+    as_read = F.struct(*[F.col(f"`{n}`") for n, _ in schema])
+    return F.to_csv(as_read, {"ignoreLeadingWhiteSpace": "false", "ignoreTrailingWhiteSpace": "false"})
 
 
 # ----------------------------------------------------------------------------------------------
