@@ -405,8 +405,6 @@ def wait_for_renders(page: Any, count: int) -> None:
                            timeout=60_000)
 
 
-@pytest.mark.fast
-@pytest.mark.fast
 def test_a_pipeline_page_without_a_view_refreshes_without_an_error(browser: Any, tmp_path: Path) -> None:
     """A page whose pipeline has no queryable view refreshed again and again: never an error shown
     (every other refresh failed on its missing table of views)."""
@@ -432,8 +430,6 @@ def test_a_pipeline_page_without_a_view_refreshes_without_an_error(browser: Any,
         server.close()
 
 
-@pytest.mark.fast
-@pytest.mark.fast
 def test_what_is_typed_in_the_state_lookup_keeps_its_focus_across_refreshes(browser: Any, tmp_path: Path) -> None:
     """Typing a key, a refresh or two, typing on: the field keeps the focus and all that was typed,
     and the lookup answers the row the store holds."""
@@ -469,8 +465,6 @@ def test_what_is_typed_in_the_state_lookup_keeps_its_focus_across_refreshes(brow
         server.close()
 
 
-@pytest.mark.fast
-@pytest.mark.fast
 def test_a_pipeline_that_is_not_running_shows_no_rate(browser: Any, tmp_path: Path) -> None:
     """A failed and a stopped pipeline whose last batch ran at 64.5 records/s: 0 in the list, on
     their pages and in their DAGs, as /metrics says; a running one shows its last batch's rate."""
