@@ -252,6 +252,8 @@ RUN_BY_THEIR_OWN_TEST = {  # a string in the block -> the test that runs it
     'hr.Pipeline("orders_by_country")':
         "tests/test_files_partitioning.py::test_the_partitioned_files_of_docs_connectors_md_print_what_it_shows",
     'hr.Pipeline("first_orders")': "tests/test_dedupe.py::test_the_example_of_docs_dedupe_md_prints_what_it_shows",
+    'hr.Pipeline("bids_per_minute")':
+        "tests/test_window_joins.py::test_the_delay_example_of_docs_joins_md_prints_what_it_shows",
     "Client.find()": "tests/test_server.py::test_queryable_views_answer_as_counted_in_python_through_the_cli_the_api_"
                      "and_the_client",
 }

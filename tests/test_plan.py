@@ -510,8 +510,8 @@ def test_explain_shows_the_dag_the_lowering_and_the_guarantee():
     watermark = lines[lines.index(entry("per_country")[1]) + 1]
     assert watermark.strip() == ("watermark: the event-time declaration 'events_event_time' (field 'ts', max "
                                  "out-of-orderness 0 ms)")
-    # Every node has its line and its lowering line, and each stateful step its watermark line.
-    assert len(lines) == 5 + 2 * len(p.plan.nodes) + 1
+    # Every node has its line and its lowering line, and each stateful step its watermark and delay lines.
+    assert len(lines) == 5 + 2 * len(p.plan.nodes) + 2
 
 
 def test_explain_of_updating_and_python_steps():

@@ -37,7 +37,8 @@ def join_keys(on: Any, step: str, where: str) -> tuple[tuple[str, ...], tuple[st
 
 def join_bound(within: Any, window: Any, step: str, where: str) -> tuple[int, int, Tumbling | None]:
     """(lower ms, upper ms, window) of a join: the interval the right record's event time may lie
-    in, relative to the left's; for a window join, the window's own span."""
+    in, relative to the left's; for a window join (0, 0, the window): Spark joins it on equal
+    windows, and judges each record by its window's end."""
     if within is not None and window is not None:
         raise step_error(step, where, "give within= or window=, not both")
     if window is not None:
@@ -45,7 +46,7 @@ def join_bound(within: Any, window: Any, step: str, where: str) -> tuple[int, in
             raise step_error(step, where, f"a window join takes tumbling windows (hr.Tumbling), got "
                                           f"{type(window).__name__}: in sliding or session windows a pair of "
                                           "records would meet in several windows, or in none known in advance")
-        return -window.size_ms, window.size_ms, window
+        return 0, 0, window
     if within is None:
         raise step_error(step, where, NO_BOUND)
     if isinstance(within, (tuple, list)):

@@ -2,15 +2,19 @@
 
 Spark runs a join of two streams with its stream-stream join, which keeps the records of
 both sides in its state until the watermark shows that no match can come. It can tell that
-only from the join's condition, when the condition bounds one side's event time by the
-other's from below and from above; without that bound Spark keeps every record forever. So
-each stream joined in a query must be bounded that way in its ON clause, and every stream
-the query reads needs its event time.
+only from the join's condition: when the condition bounds one side's event time by the
+other's from below and from above (an interval join), or when it equates both sides' windows
+of their event times (a window join, ``window(a.t, '10 seconds') = window(b.t, '10 seconds')``:
+a record waits until the watermark passes its window's end). Without either, Spark keeps
+every record forever. So each stream joined in a query must be bounded that way in its ON
+clause, and every stream the query reads needs its event time.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from sqlglot import exp
 
@@ -44,6 +48,161 @@ def _side_of(expression: exp.Expr, sides: list[StreamSide]) -> StreamSide | None
                     found.add(side)
     return found.pop() if len(found) == 1 else None
 
+
+# -- window joins ---------------------------------------------------------------------------------
+
+_UNITS_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+             "week": 604_800_000}  # Spark's interval units, but months and years (no fixed length)
+_AMOUNT = re.compile(r"(-?\d+)\s*([a-z]+)")
+WINDOW_COLUMN = "_hr_join_window"  # the window column of a window join's side (headrace/spark/sql.py)
+
+
+def duration_ms(expression: exp.Expr) -> int | None:
+    """The milliseconds of a duration argument of ``window()``: ``'10 seconds'``, ``'1 minute 30
+    seconds'``, ``INTERVAL 10 SECONDS``; None when it is not written so."""
+    if isinstance(expression, exp.Interval):
+        unit = expression.args.get("unit")
+        text = f"{expression.this.name} {unit.name if unit is not None else ''}"
+    elif isinstance(expression, exp.Literal) and expression.is_string:
+        text = expression.name
+    else:
+        return None
+    text = re.sub(r"^\s*interval\s+", "", text.lower()).replace("'", "")
+    amounts = _AMOUNT.findall(text)
+    if not amounts or _AMOUNT.sub("", text).strip():
+        return None
+    total = 0
+    for number, unit in amounts:
+        size = _UNITS_MS.get(unit.removesuffix("s"))
+        if size is None:
+            return None
+        total += int(number) * size
+    return total
+
+
+@dataclass(frozen=True)
+class JoinWindow:
+    """The tumbling window a window join puts both sides' records in."""
+
+    size_ms: int
+    offset_ms: int
+
+    @property
+    def column(self) -> str:
+        """The name of the window column of a side's view."""
+        return f"{WINDOW_COLUMN}_{self.size_ms}_{self.offset_ms}"
+
+
+@dataclass(frozen=True)
+class WindowEquality:
+    """``window(a.t, ...) = window(b.t, ...)`` between two streams' event times: their calls,
+    the streams, and the window (None when the calls are not the same tumbling window)."""
+
+    equality: exp.EQ
+    calls: tuple[exp.Anonymous, exp.Anonymous]
+    sides: tuple[StreamSide, StreamSide]
+    window: JoinWindow | None
+    why_not: str
+
+
+def _text(call: exp.Expr) -> str:
+    return call.sql(normalize_functions=False)
+
+
+def _window_of(call: exp.Anonymous) -> tuple[JoinWindow | None, str]:
+    """The tumbling window ``call`` assigns to, or None and why it is none."""
+    args = call.expressions[1:]
+    sizes = [duration_ms(a) for a in args[:2]]
+    if not args or None in sizes:
+        return None, f"cannot read the window's duration in {_text(call)}; write it as window(t, '10 seconds')"
+    if len(sizes) == 2 and sizes[0] != sizes[1]:
+        return None, (f"{_text(call)} is a sliding window: a window join takes tumbling windows (in sliding windows "
+                      "a pair of records would meet in several windows); give window(t, '10 seconds')")
+    offset = duration_ms(args[2]) if len(args) > 2 else 0
+    if offset is None:
+        return None, f"cannot read the window's start time in {_text(call)}"
+    return JoinWindow(sizes[0], offset), ""  # type: ignore[arg-type]
+
+
+def _window_call(expression: exp.Expr) -> TypeGuard[exp.Anonymous]:
+    return isinstance(expression, exp.Anonymous) and expression.name.lower() == "window"
+
+
+def window_equalities(tree: exp.Expr, sides: list[StreamSide]) -> list[WindowEquality]:
+    """Every equality of two streams' windows of their event times in ``tree``."""
+    found = []
+    for equality in tree.find_all(exp.EQ):
+        calls = equality.this, equality.expression
+        if not all(_window_call(c) and c.expressions for c in calls):
+            continue
+        owners = [_side_of(c.expressions[0], sides) for c in calls]
+        times_only = all(isinstance(c.expressions[0], exp.Column) for c in calls)
+        if None in owners or owners[0] == owners[1] or not times_only:
+            continue
+        (first, why), (second, other_why) = _window_of(calls[0]), _window_of(calls[1])
+        why = why or other_why
+        if not why and first != second:
+            why = (f"{_text(calls[0])} and {_text(calls[1])} are not the same window: a window join puts both sides' "
+                   "records in one window; give both the same duration and start")
+        found.append(WindowEquality(equality, calls, (owners[0], owners[1]),  # type: ignore[arg-type]
+                                    None if why else first, why))
+    return found
+
+
+def check_window_joins(tree: exp.Expr, sides: dict[str, StreamSide], aggregates: bool) -> None:
+    """Raise ``Unbounded`` for a window join Spark could not run as one: windows that are not the
+    same tumbling window, several windows in one query, a stream joined by an interval beside
+    them, or an aggregate after the join in the same query (its input's event times no longer
+    carry the watermark: Spark judges each side by its window)."""
+    equalities = window_equalities(tree, list(sides.values()))
+    if not equalities:
+        return
+    for equality in equalities:
+        if equality.window is None:
+            raise Unbounded(equality.why_not, equality.equality)
+    windows = {e.window for e in equalities}
+    if len(windows) > 1:
+        raise Unbounded("the query joins streams in windows of different sizes; a query's window joins take one "
+                        "window (join the results of one in another step)", equalities[-1].equality)
+    joined = {side for e in equalities for side in e.sides}
+    others = [side for side in sides.values() if side not in joined]
+    if others:
+        raise Unbounded(f"the query joins streams by window, and stream {others[0].name!r} otherwise: a window "
+                        "join judges its streams by their windows, so join every stream of the query by the same "
+                        f"window (AND window({others[0].name}.{others[0].event_time}, ...) = window(...))",
+                        equalities[0].equality)
+    if aggregates:
+        raise Unbounded("an aggregate cannot follow a window join in one query: Spark judges the joined streams by "
+                        "their windows, so their event times carry no watermark for it; aggregate the join's results "
+                        "in another pipeline, or bound the join by an interval (BETWEEN) instead",
+                        equalities[0].equality)
+
+
+def window_join_columns(tree: exp.Expr, sides: dict[str, StreamSide]) -> tuple[exp.Expr, dict[str, JoinWindow]]:
+    """``tree`` with each ``window()`` call of a window join's window over a joined stream's event
+    time as that stream's window column (``JoinWindow.column``), and the window each stream
+    (by its name in the query) needs in its view. The tree unchanged when it joins no windows."""
+    equalities = [e for e in window_equalities(tree, list(sides.values())) if e.window is not None]
+    if not equalities:
+        return tree, {}
+    window = equalities[0].window
+    assert window is not None
+    joined = {side.name: side for e in equalities for side in e.sides}
+
+    def as_column(node: exp.Expr) -> exp.Expr:
+        if not (_window_call(node) and node.expressions and isinstance(node.expressions[0], exp.Column)):
+            return node
+        side = _side_of(node.expressions[0], list(joined.values()))
+        if side is None or _window_of(node)[0] != window:
+            return node
+        column = exp.column(window.column, table=side.name)
+        projected = isinstance(node.parent, exp.Select) and node.arg_key == "expressions"
+        return exp.alias_(column, "window") if projected else column
+
+    return tree.transform(as_column), dict.fromkeys(joined, window)
+
+
+# -- interval joins -------------------------------------------------------------------------------
 
 def _bounds(condition: exp.Expr, side: StreamSide, sides: list[StreamSide]) -> tuple[bool, bool]:
     """Whether ``condition`` bounds ``side``'s event time by another stream's from below and
@@ -85,8 +244,8 @@ def _join_condition(join: exp.Join) -> exp.Expr | None:
 
 def check_joins_bounded(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
     """Raise ``Unbounded`` for a stream joined without a bound on its event time from below and
-    above by another stream's in the ON clause. ``sides``: each stream by the name the query
-    calls it."""
+    above by another stream's in the ON clause, or an equality of their windows. ``sides``: each
+    stream by the name the query calls it."""
     all_sides = list(sides.values())
     for join in tree.find_all(exp.Join):
         joined = join.this
@@ -95,7 +254,8 @@ def check_joins_bounded(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
         side = sides[joined.alias_or_name]
         condition = _join_condition(join)
         below, above = _bounds(condition, side, all_sides) if condition is not None else (False, False)
-        if below and above:
+        in_windows = condition is not None and any(side in e.sides for e in window_equalities(condition, all_sides))
+        if (below and above) or in_windows:
             continue
         missing = "from below and above" if not (below or above) else "from above" if below else "from below"
         other = next(s for s in all_sides if s != side)
@@ -103,7 +263,8 @@ def check_joins_bounded(tree: exp.Expr, sides: dict[str, StreamSide]) -> None:
         raise Unbounded(f"the join of stream {side.name!r} is not bounded in event time {missing} by another "
                         f"stream's: Spark would keep every record of both sides in its state forever. Add a "
                         f"condition on both event times to its ON clause, e.g. AND {mine} BETWEEN {theirs} - "
-                        f"INTERVAL 10 SECONDS AND {theirs} + INTERVAL 10 SECONDS", joined)
+                        f"INTERVAL 10 SECONDS AND {theirs} + INTERVAL 10 SECONDS (an interval join), or AND "
+                        f"window({mine}, '10 seconds') = window({theirs}, '10 seconds') (a window join)", joined)
 
 
 def _aggregated(relation: exp.Expr) -> bool:

@@ -53,7 +53,16 @@ from headrace.plan.nodes import (
     SqlNode,
     TableNode,
 )
-from headrace.plan.sql_joins import StreamSide, Unbounded, check_equi_joins, check_joins_bounded, check_time_keys
+from headrace.plan.sql_joins import (
+    JoinWindow,
+    StreamSide,
+    Unbounded,
+    check_equi_joins,
+    check_joins_bounded,
+    check_time_keys,
+    check_window_joins,
+    window_join_columns,
+)
 from headrace.plan.sql_top_n import find_top_n, is_window_call, top_n_as_aggregate
 
 WINDOW_FUNCTIONS = ("window", "session_window")
@@ -330,6 +339,7 @@ def _joined_shape(query: str, tree: exp.Expr, shape: str, streams: dict[str, Any
     try:
         check_equi_joins(tree, sides)
         check_joins_bounded(tree, sides)
+        check_window_joins(tree, sides, aggregates=shape != STATELESS)
         check_time_keys(tree, sides)
     except Unbounded as unbounded:
         raise _Refused(unbounded.message, _position(query, unbounded.node)) from None
@@ -531,6 +541,19 @@ def cross_joins_as_inner(query: str) -> str:
     for join in crossed:
         join.set("kind", "INNER")
     return tree.sql(dialect=_SparkSql)
+
+
+def window_joins_as_columns(query: str, event_times: dict[str, str]) -> tuple[str, dict[str, JoinWindow]]:
+    """``query`` with its window joins on window columns (``sql_joins.window_join_columns``), and
+    the window each name it reads needs as a column; ``event_times``: the event time of each
+    stream it reads, by name. Unchanged, and no window, when it joins no windows."""
+    tree = parse(query, "", "")
+    names = {ref.alias or ref.name: ref.name for ref in references(tree) if ref.name in event_times}
+    sides = {called: StreamSide(called, event_times[name]) for called, name in names.items()}
+    changed, windows = window_join_columns(tree, sides)
+    if not windows:
+        return query, {}
+    return changed.sql(dialect=_SparkSql), {names[called]: window for called, window in windows.items()}
 
 
 @functools.lru_cache(maxsize=256)

@@ -8,6 +8,7 @@ from headrace.spark.real_time import REAL_TIME, REAL_TIME_BATCH
 from headrace.spark.real_time_obstacles import obstacles
 from headrace.spark.specs import output_mode, spec_of, trigger_interval
 from headrace.spark.stages import watermark_origin
+from headrace.spark.watermarks import describe_delay
 
 
 def explain_text(plan: Plan) -> str:
@@ -27,6 +28,7 @@ def explain_text(plan: Plan) -> str:
         lines.append(f"  {' ' * width}    lowered as: {lowering[node.name]}   [{node.defined_at}]")
         if spec_of(node).stateful:
             lines.append(f"  {' ' * width}    watermark: {watermark_origin(plan, node)}")
+            lines.append(f"  {' ' * width}    watermark delay: {describe_delay(plan, node)}")
     return "\n".join(lines)
 
 

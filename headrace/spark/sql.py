@@ -6,6 +6,11 @@ watermark, and an aggregate must not count them. The inputs are registered as te
 under names of their own per pipeline, step and input, the query is rewritten to read them
 (``headrace/plan/sql_query.py``), and the views are dropped once Spark has analysed it.
 
+A window join (``window(a.t, '10 seconds') = window(b.t, '10 seconds')``) joins on a window column
+each joined stream's view gets, which carries the watermark while the event time loses it, as
+the fluent window join does (``headrace/spark/join_lowering.py``); the query reads that column
+for each call of the join's window over a joined stream.
+
 A column holding Spark's window struct (``window(...)``, ``session_window(...)``) is flattened:
 ``window`` and ``session_window`` become ``window_start`` and ``window_end``, the columns of
 headrace's own windows; another struct of a window's start and end, ``w``, becomes ``w_start``
@@ -30,6 +35,7 @@ from headrace.contract import CONTROL_COLUMN
 from headrace.errors import PlanError
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import DISTINCT, JOINED, SQL_OUTPUT_MODES, SqlNode
+from headrace.plan.sql_joins import JoinWindow
 from headrace.plan.sql_query import (
     Position,
     Rewritten,
@@ -39,8 +45,10 @@ from headrace.plan.sql_query import (
     restore_names,
     rewrite,
     top_n_as_aggregate_query,
+    window_joins_as_columns,
     without_distinct,
 )
+from headrace.spark.join_lowering import judged_by_window
 from headrace.spark.stateless import without_control, without_result_time
 from headrace.spark.watermarks import DELAY_KEY
 
@@ -80,6 +88,11 @@ def register_functions(plan: Plan, spark: SparkSession) -> None:
 
 def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
     spark = lowering.spark
+    query = exact_distinct_counts(without_distinct(node.query) if node.shape == DISTINCT else node.query)
+    windows: dict[str, JoinWindow] = {}  # input step -> the window of its window join
+    if node.shape == JOINED:
+        query, windows = _window_joins(node, query, lowering.plan)
+        query = cross_joins_as_inner(query)
     views: dict[str, str] = {}  # input step -> its view
     inputs: list[DataFrame] = []
     control: DataFrame | None = None
@@ -88,13 +101,14 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
         if CONTROL_COLUMN in df.columns:
             control = df.filter(F.col(CONTROL_COLUMN).isNotNull()).select(CONTROL_COLUMN)
             df = without_control(df)
+        if name in windows:
+            time = lowering.plan.nodes[name].event_time
+            assert time is not None  # a joined stream has event time (sql_query.sql_node)
+            df = judged_by_window(df, time, windows[name].column, windows[name].size_ms, windows[name].offset_ms)
         views[name] = view_name(lowering.plan.name, node.name, name)
         df.createOrReplaceTempView(views[name])
         inputs.append(df)
     in_query = {query_name: views[step] for query_name, step in node.reads}  # name in the query -> view
-    query = exact_distinct_counts(without_distinct(node.query) if node.shape == DISTINCT else node.query)
-    if node.shape == JOINED:
-        query = cross_joins_as_inner(query)
     query = top_n_as_aggregate_query(query, _column_types(inputs))
     rewritten = rewrite(query, in_query)
     try:
@@ -109,6 +123,8 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
     finally:
         for view in views.values():
             spark.catalog.dropTempView(view)
+    if windows:  # a stream's window column, read by SELECT * or t.*
+        result = result.drop(*{w.column for w in windows.values()})
     result = _flatten_windows(node, result)
     if node.shape == JOINED and node.event_time is not None:
         result = _one_event_time(result, node.event_time)
@@ -117,6 +133,14 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
         result = result.withColumn(CONTROL_COLUMN, F.lit(None).cast("long")).unionByName(
             control, allowMissingColumns=True)
     return result
+
+
+def _window_joins(node: SqlNode, query: str, plan: Plan) -> tuple[str, dict[str, JoinWindow]]:
+    """``query`` joining its window joins' streams on their window columns, and the window each
+    input step's view needs as a column (see ``headrace/spark/join_lowering.py``)."""
+    times = {name: plan.nodes[step].event_time for name, step in node.reads}
+    rewritten, windows = window_joins_as_columns(query, {n: t for n, t in times.items() if t is not None})
+    return rewritten, {dict(node.reads)[name]: window for name, window in windows.items()}
 
 
 def _one_event_time(df: DataFrame, event_time: str) -> DataFrame:

@@ -1,13 +1,14 @@
 """Where a plan's watermarks are declared in Spark, from the node kinds' specs
-(``headrace/spark/specs.py``); the compiler declares them there and ``explain`` says where."""
+(``headrace/spark/specs.py``); the compiler declares them there and ``explain`` says where,
+and how far each stateful step's watermark trails the event time (``effective_delay``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import EventTimeNode, Node, PythonStep
-from headrace.spark.specs import python_chains, spec_of
+from headrace.plan.nodes import JOINED, EventTimeNode, Node, PythonStep, SqlNode, StreamJoinNode
+from headrace.spark.specs import python_chains, spec_of, walk
 
 DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey: the mark on an event-time column
 
@@ -124,3 +125,59 @@ class WatermarkPlacement:
                 elif not spec_of(consumer).reads_watermark and not isinstance(consumer, EventTimeNode):
                     todo.append(consumer.name)
         return edges
+
+
+def held_back(node: Node) -> int:
+    """How far (ms) Spark's watermark after the stateful step ``node`` trails the one before it.
+    After an interval join: the state watermark of the side that may wait the longest, Spark's
+    ``StreamingJoinHelper`` solving ``lower <= right - left <= upper`` (1 ms less for each bound
+    it includes), so ``max(upper, -lower) + 1``. After a window join (judged by the window's end)
+    and every other step: nothing."""
+    if not isinstance(node, StreamJoinNode) or node.window is not None:
+        return 0
+    return max(0, node.upper_ms + 1, 1 - node.lower_ms)
+
+
+def effective_delay(plan: Plan, node: Node) -> tuple[int, int, list[tuple[str, int]]] | None:
+    """How far the watermark of the stateful step ``node`` trails the largest event time seen:
+    (ms, the max out-of-orderness declared, the steps before it that hold it back and by how
+    much); None when its input has no event time. Over several inputs, the largest."""
+    def onwards(current: Node) -> Iterable[str]:
+        return () if isinstance(current, EventTimeNode) or spec_of(current).stateful else current.inputs
+
+    found: list[tuple[int, int, list[tuple[str, int]]]] = []
+    for upstream in walk(plan, node.inputs, onwards):
+        if isinstance(upstream, EventTimeNode):
+            found.append((upstream.delay_ms, upstream.delay_ms, []))
+        elif spec_of(upstream).stateful and upstream.event_time is not None:
+            earlier = effective_delay(plan, upstream)
+            held = held_back(upstream)
+            if earlier is not None:
+                found.append((earlier[0] + held, earlier[1], earlier[2] + ([(upstream.name, held)] if held else [])))
+    return max(found, key=lambda delay: delay[0]) if found else None
+
+
+def spell_millis(ms: int) -> str:
+    """``3_602_001`` as ``1h 2s 1ms``."""
+    parts, rest = [], ms
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return " ".join(parts) or "0s"
+
+
+def describe_delay(plan: Plan, node: Node) -> str:
+    """For ``explain``: how far the stateful step ``node``'s watermark trails the event time, and why."""
+    delay = effective_delay(plan, node)
+    if delay is None:
+        return "none (the stream has no event time)"
+    total, declared, held = delay
+    text = f"{spell_millis(total)} behind the largest event time seen: max out-of-orderness {spell_millis(declared)}"
+    for step, ms in held:
+        text += f", + {spell_millis(ms)} held back by join {step!r}"
+    if held:
+        text += " (after an interval join Spark's watermark trails by the interval's wider bound + 1 ms)"
+    if isinstance(node, SqlNode) and node.shape == JOINED:
+        text += "; an aggregate after the query's interval join waits the interval's wider bound + 1 ms more"
+    return text
