@@ -340,16 +340,20 @@ def test_explain_shows_each_stateful_step_s_watermark_delay():
         "query's interval join waits the interval's wider bound + 1 ms more")
 
 
-def test_a_window_after_an_interval_join_comes_out_when_the_watermark_passes_its_end_by_the_delay(spark, tmp_path):
-    """The minute [0, 1m) of a bid at 20 s comes out once the watermark has passed its end by the 1h 1ms
-    explain shows the join holds it back by (a ``Watermark`` marker sets the watermark itself: the
-    bids' max out-of-orderness aside): not with the watermark 1 ms short of that, in the batch after."""
-    end = MINUTE + HOUR + 1  # the join's watermark reaches the minute's end here
+@pytest.mark.parametrize("join, held_back", [({"within": ("-1h", "0s")}, HOUR + 1),
+                                              ({"window": hr.Tumbling("10s")}, 0)], ids=["interval", "window"])
+def test_a_window_after_a_join_comes_out_when_the_watermark_passes_its_end_by_the_delay(join, held_back, spark,
+                                                                                       tmp_path):
+    """The minute [0, 1m) of a bid at 20 s comes out once the watermark has passed its end by what
+    explain shows the join holds it back by (an interval join: 1h 1ms; a window join, whose results
+    keep their event time's watermark: nothing); a ``Watermark`` marker sets the watermark itself,
+    the bids' max out-of-orderness aside. Not with the watermark 1 ms short: in the batch after."""
+    end = MINUTE + held_back  # the join's watermark reaches the minute's end here
     bids = TestSource([[{"auction": 1, "price": 5, "at": 20 * S}], Watermark(end - 1), Watermark(end)],
                       schema=BID, flush=False)
-    auctions = TestSource([[{"id": 1, "seller": "ann", "opened": 10 * S}], Watermark(end - 1), Watermark(end)],
+    auctions = TestSource([[{"id": 1, "seller": "ann", "opened": 20 * S}], Watermark(end - 1), Watermark(end)],
                           schema=AUCTION, flush=False)
-    p, sink = joined_then_counted(bids, auctions)
+    p, sink = joined_then_counted(bids, auctions, **join)
     run = PipelineRun(p, state_dir=str(tmp_path), progress="quiet").start()
     steps: list[int] = []  # the last batch id after each step of the input
     run.wait(until_exhausted=True, on_settled=lambda r: steps.append(len(r.progress_log) - 1))
