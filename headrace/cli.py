@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from headrace import config
-from headrace.errors import HeadraceError
+from headrace.errors import REFUSED_EXIT_STATUS, HeadraceError
 from headrace.runtime.signals import stop_on_signals
 
 STATE_DIR_HELP = ("where checkpoints live: a directory, or a Hadoop URI such as hdfs://namenode:8020/state "
@@ -26,6 +26,12 @@ STATE_DIR_HELP = ("where checkpoints live: a directory, or a Hadoop URI such as 
 RUNS_PIPELINES = ("run", "demo")  # the commands whose Ctrl-C and SIGTERM stop a run (headrace/runtime/signals.py)
 SIGPIPE_STATUS = 141  # a shell's status for a command ended by SIGPIPE: its reader left
 PIPELINE_FILE_SUFFIXES = (".yaml", ".yml")
+RUN_EXIT_STATUSES = ("exit status: 0 when the input ended or the run was stopped; 1 on a failure that running it "
+                     "again may get past (a service out of reach past the restarts, a failure headrace cannot tell); "
+                     f"2 on bad command-line input; {REFUSED_EXIT_STATUS} refused: the pipeline cannot run as it is "
+                     "(a plan or setup error, a checkpoint the plan cannot continue, a source's or sink's own "
+                     "refusal, a user function that raised, another driver running it): running it again will not "
+                     "help, so headrace server does not; 130 interrupted")
 
 
 class UsageError(Exception):
@@ -382,7 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Run FILE's pipeline; Ctrl-C or SIGTERM stops it at a batch boundary (a "
                                           "second one stops it at once), and the next run continues from its "
                                           "checkpoint. A query that fails in a way worth restarting (a crashed "
-                                          "Python worker, a lost connection) is restarted from its checkpoint.")
+                                          "Python worker, a lost connection) is restarted from its checkpoint.",
+                              epilog=RUN_EXIT_STATUSES)
     run.add_argument("target", metavar="FILE[:PIPELINE]")
     run.add_argument("--fresh", action="store_true", help="forget the checkpoint and start from the beginning")
     run.add_argument("--max-seconds", type=float, help="stop after this many seconds")
@@ -582,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
             print(exc.trace, file=sys.stderr)
         for error in getattr(exc, "errors", [exc]):  # a pipeline file's errors, one per line
             print(f"headrace: {error}", file=sys.stderr)
-        return 1
+        return REFUSED_EXIT_STATUS if exc.refusal and args.command in RUNS_PIPELINES else 1
     except KeyboardInterrupt as exc:
         print(f"headrace: {exc or 'interrupted'}", file=sys.stderr)
         return 130

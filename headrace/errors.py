@@ -4,38 +4,85 @@ from __future__ import annotations
 
 import re
 
+# Whether running a pipeline again can get past an error is a property of the error's class,
+# ``refusal``: True when the same pipeline, run again from the same checkpoint against the same
+# systems, fails the same way (a refusal: the pipeline cannot run as it is). ``headrace run``
+# ends on a refusal with REFUSED_EXIT_STATUS; neither the run's restarts (headrace/runtime/
+# restarts.py) nor the server (headrace/server/supervisor.py) start it again. The rule:
+#
+# * refusals: a plan that is not valid (PlanError), a machine that lacks something, or a lease
+#   another driver holds (SetupError), a checkpoint the plan cannot continue
+#   (IncompatibleCheckpoint), a user function that raised (StepFunctionError: the replayed
+#   batch hands it the same records), a source's or a sink's own refusal (SourceError,
+#   SinkError: a table without a column, a directory holding an earlier run's batches, a bad
+#   record with fail-fast set);
+# * not refusals: a failure of Spark's that headrace cannot tell (PipelineFailed), which the
+#   server may try again.
+#
+# The code that raises an error knows better for that one error and says so with
+# ``refusal=``: a connector whose server stayed out of reach past its retries raises its
+# SinkError with ``refusal=False``; the failure classifier (headrace/runtime/failures.py) marks
+# a lost connection or a crashed Python worker ``refusal=False``, a class Spark cannot load
+# ``refusal=True``.
+REFUSED_EXIT_STATUS = 3  # headrace run's exit status when it ends on a refusal
+
 
 class HeadraceError(Exception):
     """Base of every error headrace raises on purpose. The message is one line; ``trace``, when
-    set, is Spark's own account of the failure behind it (``headrace run --verbose`` prints it)."""
+    set, is Spark's own account of the failure behind it (``headrace run --verbose`` prints it);
+    ``refusal``: whether running the pipeline again cannot help (the rule above).
+
+    >>> SinkError("sink 'out': table 't' has no column 'n'").refusal
+    True
+    >>> SinkError("sink 'out': PostgreSQL unreachable after 6 attempts", refusal=False).refusal
+    False
+    """
 
     trace: str | None = None
+    refusal: bool = False
+
+    def __init__(self, *args: object, refusal: bool | None = None) -> None:
+        super().__init__(*args)
+        if refusal is not None:
+            self.refusal = refusal
 
 
 class SetupError(HeadraceError):
     """The machine lacks something headrace needs (Java, a writable state directory)."""
 
+    refusal = True
+
 
 class PlanError(HeadraceError):
     """A pipeline is not valid; raised while it is built, before Spark starts."""
+
+    refusal = True
 
 
 class StepFunctionError(HeadraceError):
     """A user function raised, or returned a value of the wrong type, while records flowed."""
 
+    refusal = True
+
 
 class SourceError(HeadraceError):
     """A source could not read its input, or found a bad record with fail-fast set."""
 
+    refusal = True
+
 
 class SinkError(HeadraceError):
     """A sink could not write or commit a batch."""
+
+    refusal = True
 
 
 class IncompatibleCheckpoint(HeadraceError):
     """A pipeline changed in a way its checkpoint cannot follow (a stateful step or a source
     changed its identity); raised before Spark starts. The message names each step, what
     changed and what to do."""
+
+    refusal = True
 
 
 class PipelineFailed(HeadraceError):

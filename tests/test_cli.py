@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from headrace.cli import load_pipeline, main
+from headrace.errors import REFUSED_EXIT_STATUS
 
 PIPELINES = '''
 import os
@@ -81,6 +82,14 @@ def test_every_command_has_help(tmp_path, command, expected):
 
 
 @pytest.mark.fast
+def test_run_help_names_its_exit_statuses(tmp_path):
+    text = " ".join(headrace("run", "--help", cwd=tmp_path).stdout.split())
+    assert (f"{REFUSED_EXIT_STATUS} refused: the pipeline cannot run as it is (a plan or setup error, a checkpoint "
+            "the plan cannot continue, a source's or sink's own refusal, a user function that raised, another driver "
+            "running it): running it again will not help, so headrace server does not") in text
+
+
+@pytest.mark.fast
 def test_no_command_is_a_usage_error(tmp_path):
     result = headrace(cwd=tmp_path)
     assert result.returncode == 2
@@ -127,9 +136,9 @@ def test_a_file_that_raises_plan_error_at_load(tmp_path):
         events = p.source("events", TestSource([], schema={"user": "string"}))
         events.key_by("usr")
     """)
-    for command in ("run", "explain"):
+    for command, status in (("run", REFUSED_EXIT_STATUS), ("explain", 1)):
         result = headrace(command, path, cwd=tmp_path)
-        assert result.returncode == 1
+        assert result.returncode == status
         assert one_line_error(result) == ("headrace: step 'key_by' (broken.py:6): unknown key field 'usr'; the stream "
                                           "from 'events' has user")
 
@@ -154,9 +163,9 @@ def test_an_invalid_pipeline_is_refused_before_spark_starts(tmp_path):
         events.sink("out", TestSink())
         events.filter(hr.col("user") == "ann", name="anns")
     """)
-    for command in ("run", "explain"):
+    for command, status in (("run", REFUSED_EXIT_STATUS), ("explain", 1)):
         result = headrace(command, path, cwd=tmp_path)
-        assert result.returncode == 1
+        assert result.returncode == status
         assert one_line_error(result) == ("headrace: step 'anns' (nowhere.py:7): this stream goes nowhere: send it "
                                           "to a sink with .sink(...) or remove the step")
 
@@ -260,7 +269,7 @@ def test_run_a_pipeline_whose_function_fails(spark, tmp_path, capsys):
         (p.source("lines", TestSource([[{"text": "1"}, {"text": "one"}]], schema={"text": "string"}))
           .map(parse, schema={"n": "long"}, name="parse").sink("out", TestSink()))
     """)
-    assert main(["run", path, "--state-dir", str(tmp_path / "state"), "--quiet"]) == 1
+    assert main(["run", path, "--state-dir", str(tmp_path / "state"), "--quiet"]) == REFUSED_EXIT_STATUS
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("headrace: step 'parse' (parse at failing.py:5) raised ValueError: invalid literal "
                               "for int() with base 10: 'one' (record: ")

@@ -20,6 +20,9 @@ from pyspark import cloudpickle
 import headrace as hr
 from headrace.cli import main
 from headrace.connectors.base import SinkConnector
+from headrace.environment.lease import LeaseHeld
+from headrace.errors import REFUSED_EXIT_STATUS, PipelineFileError
+from headrace.runtime.failures import classify
 from headrace.runtime.restarts import RestartPolicy
 from headrace.runtime.runner import PipelineRun
 from headrace.testing import TestSink, TestSource, run_to_completion
@@ -54,7 +57,7 @@ def numbers(steps: int, rows: int = 10) -> TestSource:
 
 def test_an_unbounded_run_whose_function_raises_is_one_line(spark, tmp_path, capsys):
     path = write(tmp_path, UNBOUNDED)
-    assert main(["run", path, "--state-dir", str(tmp_path / "state"), "--quiet"]) == 1
+    assert main(["run", path, "--state-dir", str(tmp_path / "state"), "--quiet"]) == REFUSED_EXIT_STATUS
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("headrace: step 'parse' (parse at unbounded.py:5) raised ValueError: cannot parse ")
@@ -62,7 +65,7 @@ def test_an_unbounded_run_whose_function_raises_is_one_line(spark, tmp_path, cap
 
 def test_verbose_adds_sparks_trace_before_the_error(spark, tmp_path, capsys):
     path = write(tmp_path, UNBOUNDED)
-    assert main(["run", path, "--state-dir", str(tmp_path / "state"), "--quiet", "--verbose"]) == 1
+    assert main(["run", path, "--state-dir", str(tmp_path / "state"), "--quiet", "--verbose"]) == REFUSED_EXIT_STATUS
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("headrace: step 'parse' (parse at unbounded.py:5) raised ValueError: ")
     trace = "\n".join(err[:-1])
@@ -124,6 +127,85 @@ def test_a_missing_spark_class(spark, tmp_path):
         "classpath (spark.jars.packages or spark.jars)")
 
 
+# -- refusals: what running again cannot cure is never restarted --------------------------------------
+
+def refusal_plan() -> Any:
+    p = hr.Pipeline("refusals")
+    p.source("numbers", numbers(1)).map(lambda r: r, schema={"n": "long"}, name="parse").sink("out", TestSink())
+    return p.plan
+
+
+EARLIER_RUN = ("sink 'out' (app.py:9): the directory 'out' already holds batches of an earlier run; remove it or use a "
+               "new path")
+UNREACHABLE = "sink 'out' (app.py:9): PostgreSQL unreachable after 6 attempts over 15.5 s: connection refused"
+WORKER = "Traceback (most recent call last):\n  File \"worker.py\", line 3\n"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("raised", "kind", "restartable", "refusal"), [
+    (hr.PlanError("step 'parse': unknown column 'x'"), hr.PlanError, False, True),
+    (hr.IncompatibleCheckpoint("pipeline 'refusals' cannot restart from its checkpoint"), hr.IncompatibleCheckpoint,
+     False, True),
+    (hr.SinkError(EARLIER_RUN), hr.SinkError, False, True),
+    (hr.SinkError(UNREACHABLE, refusal=False), hr.SinkError, True, False),  # as the connector raises it
+    (hr.SourceError("source 'numbers': ConnectionResetError: reset by peer"), hr.SourceError, True, False),
+    (RuntimeError(f"{WORKER}headrace.errors.SinkError: {EARLIER_RUN}\n"), hr.SinkError, False, True),
+    (RuntimeError(f"{WORKER}headrace.errors.StepFunctionError: step 'parse' raised ValueError: bad (record: 1)\n"),
+     hr.StepFunctionError, False, True),
+    (RuntimeError(f"{WORKER}headrace.errors.StepFunctionError: step 'parse' raised ConnectionRefusedError: no\n"),
+     hr.StepFunctionError, True, False),
+    (RuntimeError("org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)"),
+     hr.PipelineFailed, True, False),
+    (RuntimeError("java.lang.ClassNotFoundException: org.example.Missing"), hr.PipelineFailed, False, True),
+    (RuntimeError("java.lang.IllegalStateException: something headrace cannot tell"), hr.PipelineFailed, False,
+     False),
+])
+def test_a_failure_worth_a_restart_is_never_a_refusal_and_a_refusal_is_never_restarted(
+        raised: BaseException, kind: type, restartable: bool, refusal: bool):
+    failure = classify(refusal_plan(), raised)
+    assert (type(failure.error), failure.restartable, failure.error.refusal) == (kind, restartable, refusal)
+
+
+@pytest.mark.fast
+def test_giving_up_on_a_transient_failure_keeps_it_no_refusal():
+    failure = classify(refusal_plan(), hr.SinkError(UNREACHABLE, refusal=False))
+    given_up = failure.giving_up(3, "3 restarts within 10m")
+    assert (type(given_up), given_up.refusal) == (hr.SinkError, False)
+    assert str(given_up) == f"{UNREACHABLE} (not restarted again: the restart policy allows 3 restarts within 10m)"
+
+
+@pytest.mark.fast
+def test_the_error_classes_say_whether_running_again_can_help():
+    refusals = [hr.PlanError, hr.SetupError, hr.IncompatibleCheckpoint, hr.StepFunctionError, hr.SourceError,
+                hr.SinkError, LeaseHeld, PipelineFileError]
+    assert [cls for cls in refusals if not cls.refusal] == []
+    assert [hr.PipelineFailed.refusal, hr.HeadraceError.refusal] == [False, False]
+
+
+def test_a_files_sink_refusing_an_earlier_runs_directory_is_not_restarted(spark, tmp_path, capsys):
+    """The refusal is raised once, with restarts allowed: no restart is tried, and ``headrace run``
+    ends with the refusal's exit status and its one line."""
+    out = tmp_path / "out"
+    (out / "batch-0").mkdir(parents=True)  # an earlier run's batch
+    path = tmp_path / "refused.py"
+    path.write_text(textwrap.dedent(f"""\
+        import headrace as hr
+        from headrace.testing import TestSource
+
+        p = hr.Pipeline("refused")
+        p.source("numbers", TestSource([[{{"n": 1}}]], schema={{"n": "long"}})).sink(
+            "out", hr.sinks.Files({str(out)!r}, format="jsonl"))
+    """))
+    expected = (f"headrace: sink 'out' (refused.py:5): the directory {str(out)!r} already holds batches of an "
+                "earlier run; remove it or use a new path")
+    status = main(["run", str(path), "--state-dir", str(tmp_path / "state"), "--restart-attempts", "3",
+                   "--restart-backoff", "10ms"])
+    captured = capsys.readouterr()
+    assert (status, captured.err.strip().splitlines()) == (REFUSED_EXIT_STATUS, [expected])
+    assert "restart" not in captured.out
+    assert sorted(os.listdir(out)) == ["batch-0"]
+
+
 # -- restart settings ----------------------------------------------------------------------------------
 
 @pytest.mark.fast
@@ -137,7 +219,7 @@ def test_restart_settings_are_checked_before_spark_starts(tmp_path, monkeypatch)
     path = write(tmp_path, UNBOUNDED)
     done = subprocess.run([sys.executable, "-m", "headrace.cli", "run", path, "--restart-window", "0s"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert done.returncode == 1
+    assert done.returncode == REFUSED_EXIT_STATUS
     assert done.stderr.strip().splitlines() == ["headrace: restart_window must be a positive duration, got '0s'"]
 
     monkeypatch.setenv("HEADRACE_RESTART_WINDOW", "soon")

@@ -20,7 +20,18 @@ import pytest
 from headrace.runtime.restarts import RestartPolicy
 from headrace.server.driver import session_processes
 from headrace.server.operations import Operations
-from headrace.server.registry import FAILED, FINISHED, PAUSED, RESCALING, RUNNING, STOPPED, Entry, Refused, Registry
+from headrace.server.registry import (
+    FAILED,
+    FINISHED,
+    PAUSED,
+    RESCALING,
+    RESTARTING,
+    RUNNING,
+    STOPPED,
+    Entry,
+    Refused,
+    Registry,
+)
 from headrace.server.supervisor import Supervisor
 
 pytestmark = pytest.mark.fast
@@ -303,3 +314,45 @@ def test_a_file_that_prints_as_it_loads_is_submitted(supervisor: Supervisor, lau
     file.write_text('print("loading orders", {"a": 1})\nprint("{")\n' + file.read_text())
     entry, started = supervisor.submit(str(file), None)
     assert started and entry.name == "orders" and [launched.name for launched in launches] == ["orders"]
+
+
+# A driver that ends as ``headrace run`` does on an error: its one line in the driver log, its exit
+# status in the exit file (as headrace/server/driver.py writes it); each start is counted in STARTS.
+ENDING_DRIVER = """
+import sys
+from headrace.server.driver import write_exit_status
+exit_file, starts, status = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(starts, "a") as out:
+    out.write("started\\n")
+print("headrace: sink 'out' (orders.py:4): the directory 'out' already holds batches of an earlier run; remove it "
+      "or use a new path", flush=True)
+write_exit_status(exit_file, status)
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize(("status", "expected_status", "reason_starts", "restarts"), [
+    (3, FAILED, "refused: sink 'out' (orders.py:4): the directory 'out' already holds batches of an earlier run; "
+                "remove it or use a new path (not restarted: running it again as it is would not help; fix the "
+                "cause, then restart it)", 0),
+    (1, RESTARTING, "driver exit status 1; restarting from its checkpoint in 60 s", 1),  # the backoff at most 60 s
+])
+def test_a_driver_that_ends_refused_fails_the_pipeline_at_once_and_one_that_failed_otherwise_is_restarted(
+        tmp_path: Path, monkeypatch, status: int, expected_status: str, reason_starts: str, restarts: int):
+    supervisor = make_supervisor(tmp_path, policy=lambda: RestartPolicy(attempts=1, window_s=600, backoff_s=600))
+    starts = tmp_path / "starts.txt"
+    monkeypatch.setattr(supervisor, "_driver_command", lambda entry, exit_file, draining: [
+        sys.executable, "-c", ENDING_DRIVER, exit_file, str(starts), str(status)])
+    supervisor.start()
+    try:
+        supervisor.submit(str(pipeline_file(tmp_path)), None)
+        entry = until("the driver's end", lambda: (found := supervisor.registry.get("orders")).last_exit is not None
+                      and found.status != RUNNING and found)
+    finally:
+        supervisor.close()
+    assert (entry.status, entry.reason, entry.restarts, entry.last_exit) == (expected_status, reason_starts, restarts,
+                                                                             status)
+    assert starts.read_text() == "started\n"
+    assert [(e["message"], e["count"]) for e in supervisor.registry.exceptions("orders")] == [
+        ("sink 'out' (orders.py:4): the directory 'out' already holds batches of an earlier run; remove it or use a "
+         "new path", 1)]

@@ -236,7 +236,7 @@ class Kafka(StepSink):
             raise SinkError(f"{self._where()}: {unreachable('Kafka', out.attempts, out.elapsed_s)} at {self.servers}: "
                             f"{out.last.args[0]}; gave up trying to {doing}; the run restarts the query from its "
                             "checkpoint under its restart strategy (exactly once); if the brokers stay down longer, "
-                            "restart the pipeline once they are back") from None
+                            "restart the pipeline once they are back", refusal=False) from None
         except kafka.KafkaException as exc:
             self.close()
             raise SinkError(f"{self._where()}: cannot {doing} at {self.servers}: {exc.args[0]}") from None

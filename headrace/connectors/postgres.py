@@ -288,7 +288,7 @@ class Postgres(SinkConnector):
                 then = ("restart the pipeline once the cause is fixed (it goes on from its checkpoint, exactly "
                         "once), or let the sink wait longer with retries= and retry_backoff=")
             raise SinkError(f"{self._where()}: {what}: {one_line(out.last)}; gave up trying to {doing} at "
-                            f"{redact_dsn(self.dsn)}; {then}") from None
+                            f"{redact_dsn(self.dsn)}; {then}", refusal=not _connection_failed(out.last)) from None
         except psycopg.Error as exc:
             raise SinkError(f"{self._where()}: cannot {doing}: {one_line(exc)}") from None
 

@@ -134,7 +134,8 @@ class HdfsLease:
             text = str(exc.java_exception.toString())
             if any(kind in text for kind in EXISTS):
                 raise _Exists() from None
-            raise SetupError(f"cannot take the lease {self.path}: {text.splitlines()[0]}") from None
+            raise SetupError(f"cannot take the lease {self.path}: {text.splitlines()[0]}",
+                             refusal=False) from None  # HDFS's error: it may pass
 
     def _read(self, fs: Any, target: Any) -> tuple[dict[str, Any], float | None]:
         """The holder the lease file names and its last heartbeat (epoch seconds), as far as the

@@ -184,7 +184,8 @@ def _java_errors(doing: str, path: str) -> Iterator[None]:
         if "java.io.FileNotFoundException" in _class_names(java.getClass()):
             raise FileNotFoundError(f"{path}: {message[0] if message else 'not found'}") from None
         detail = f"{kind}: {message[0]}" if message else kind
-        raise SetupError(f"cannot {doing} {path} through Hadoop's file system API: {detail}") from None
+        raise SetupError(f"cannot {doing} {path} through Hadoop's file system API: {detail}",
+                         refusal=False) from None  # a remote file system's error: it may pass
 
 
 def _class_names(java_class: Any) -> list[str]:

@@ -28,6 +28,12 @@ Not worth one: a user function that raised anything else (it raises again on the
 when the batch is replayed), a source's or a sink's own error, a class Spark cannot load, and
 any failure headrace cannot tell is transient. Errors found before Spark starts (``PlanError``,
 ``IncompatibleCheckpoint``, ``SetupError``) never reach a running query.
+
+The error's ``refusal`` (``headrace/errors.py``) follows: a failure worth a restart is no
+refusal; one headrace knows no restart can cure (a class Spark cannot load, an unfinished
+rescale, a result behind the watermark) is one, and so is a user function's or a connector's
+own error; a failure headrace cannot tell keeps ``PipelineFailed``'s (no refusal: the server
+may try a new driver).
 """
 
 from __future__ import annotations
@@ -71,7 +77,8 @@ class Failure:
         ``policy`` describes them) allows no further restart."""
         if not attempts:
             return self.error
-        error = type(self.error)(f"{self.error} (not restarted again: the restart policy allows {policy})")
+        error = type(self.error)(f"{self.error} (not restarted again: the restart policy allows {policy})",
+                                 refusal=self.error.refusal)
         error.trace = self.error.trace
         return error
 
@@ -80,16 +87,24 @@ def classify(plan: Plan, exc: BaseException, java: Any = None) -> Failure:
     """The headrace error for ``exc`` (a failure of ``plan``'s query; ``java``: the JVM's exception
     behind it, when the caller has it) and whether a restart can help."""
     if isinstance(exc, HeadraceError):  # raised on the driver: a connector's before the query (re)starts
-        return Failure(exc, restartable=isinstance(exc, (SinkError, SourceError)) and _server_lost(str(exc)))
+        transient = not exc.refusal or _server_lost(str(exc))
+        return _settled(Failure(exc, restartable=isinstance(exc, (SinkError, SourceError)) and transient))
     trace = spark_trace(exc, java)
     failure = _classify(plan, trace)
     failure.error.trace = trace
+    return _settled(failure)
+
+
+def _settled(failure: Failure) -> Failure:
+    """The failure, its error no refusal when a restart can help."""
+    if failure.restartable:
+        failure.error.refusal = False
     return failure
 
 
 def _classify(plan: Plan, text: str) -> Failure:
     if OLDER_THAN_WATERMARK in text:  # before raised_inside: a sink's write is where Spark noticed it
-        return Failure(PipelineFailed(_older_than_watermark(plan, text)), restartable=False)
+        return Failure(PipelineFailed(_older_than_watermark(plan, text), refusal=True), restartable=False)
     inner = raised_inside(text)
     if inner is not None:  # a user function, a source or a sink said what went wrong (the record aside)
         return Failure(inner, restartable=_server_lost(str(inner).split(" (record: ")[0]))
@@ -113,10 +128,10 @@ def _classify(plan: Plan, text: str) -> Failure:
         return Failure(PipelineFailed(
             f"pipeline {plan.name!r}: its checkpoint ends with a state rescale that did not finish; run headrace "
             "rescale again (any number of partitions: it finishes the earlier rescale first), then start the "
-            "pipeline"), restartable=False)
+            "pipeline", refusal=True), restartable=False)
     missing = _missing_class(plan, text)
     if missing is not None:
-        return Failure(PipelineFailed(missing), restartable=False)
+        return Failure(PipelineFailed(missing, refusal=True), restartable=False)
     if _CONNECTION_LOST.search(text):
         return Failure(PipelineFailed(f"pipeline {plan.name!r} lost a connection: {root_cause(text)}"),
                        restartable=True)

@@ -2,7 +2,8 @@
 its checkpoint, and after how long a wait.
 
 As Flink's failure-rate strategy: a query that failed in a way worth restarting
-(``headrace/runtime/failures.py`` decides which) is restarted unless ``attempts`` restarts
+(``headrace/runtime/failures.py`` decides which; a refusal, ``HeadraceError.refusal``, never
+is) is restarted unless ``attempts`` restarts
 already happened within the last ``window``; the wait before a restart is ``backoff``,
 doubled for each restart still inside the window, at most ``MAX_BACKOFF_S``.
 

@@ -13,7 +13,10 @@ again finds them in its registry and watches them again.
 
 A request a driver would refuse (a drained checkpoint, a plan the checkpoint cannot continue, a
 rescale with no keyed state) is refused at once (``preflight.py``), and so is a request that
-makes no sense in the pipeline's status (409): none starts a driver to fail.
+makes no sense in the pipeline's status (409): none starts a driver to fail. A refusal only its
+driver can find (a sink's own checks, a lease another process holds) ends the driver with
+``REFUSED_EXIT_STATUS`` (``headrace/errors.py``): the pipeline fails at once with the driver's
+error as its reason, and no further driver starts.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headrace.environment.checkpoints import pipeline_root
+from headrace.errors import REFUSED_EXIT_STATUS
 from headrace.runtime.restarts import RestartPolicy
 from headrace.server import preflight
 from headrace.server.driver import end_session, session_processes
@@ -401,8 +405,7 @@ class Supervisor:
                         else "a standby driver, still warming up, took it")
         self._settling[entry.name] = time.time()
         if child is None:
-            command = [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
-                       "--state-dir", entry.state_dir, *(["--drain"] if draining else [])]
+            command = self._driver_command(entry, exit_file, draining)
             environment = {**os.environ, "PYSPARK_PYTHON": sys.executable, "HEADRACE_PROGRESS_LOG": progress}
             with open(log, "ab") as out:
                 child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -412,6 +415,12 @@ class Supervisor:
         if draining:
             entry.status, entry.reason = DRAINING, "draining: reading what its sources hold, then firing every window"
         self.registry.put(entry)
+
+    @staticmethod
+    def _driver_command(entry: Entry, exit_file: str, draining: bool) -> list[str]:
+        """The command of a new driver: ``headrace run`` under ``headrace/server/driver.py``."""
+        return [sys.executable, "-m", "headrace.server.driver", exit_file, "run", entry.file,
+                "--state-dir", entry.state_dir, *(["--drain"] if draining else [])]
 
     @staticmethod
     def _signal(pid: int, now: bool) -> None:
@@ -444,8 +453,7 @@ class Supervisor:
             return
         status = self._exit_status(entry)
         entry.last_exit, entry.pid = status, 0
-        if status not in (None, 0, NEEDS_COLD_START):
-            self._record_error(entry)
+        error = self._record_error(entry) if status not in (None, 0, NEEDS_COLD_START) else ""
         then = self._after_exit.pop(entry.name, None)
         if then is not None:
             then(entry)
@@ -458,6 +466,8 @@ class Supervisor:
             entry.status, entry.wanted = FINISHED, False
             entry.reason = "drained: every window fired; it ended for good" if drained.exists() else "its input ended"
             drained.unlink(missing_ok=True)
+        elif status == REFUSED_EXIT_STATUS:
+            self._refused(entry, error)
         else:
             self._after_crash(entry, "killed" if status is None else f"exit status {status}")
         self.registry.put(entry)
@@ -493,7 +503,7 @@ class Supervisor:
             return False
         return process_alive(pid)
 
-    def _record_error(self, entry: Entry) -> None:
+    def _record_error(self, entry: Entry) -> str:
         """The error a failed driver printed last (``headrace: ...``), counted among the pipeline's
         exceptions; a driver that printed none (a crash of Python itself) counts as its exit."""
         try:
@@ -503,8 +513,9 @@ class Supervisor:
         except FileNotFoundError:
             printed = ""
         errors = [line[len(ERROR_PREFIX):] for line in printed.splitlines() if line.startswith(ERROR_PREFIX)]
-        self.registry.add_exception(entry.name, errors[-1] if errors else f"the driver ended with exit status "
-                                                                         f"{entry.last_exit}", time.time())
+        error = errors[-1] if errors else f"the driver ended with exit status {entry.last_exit}"
+        self.registry.add_exception(entry.name, error, time.time())
+        return error
 
     @staticmethod
     def _exit_status(entry: Entry) -> int | None:
@@ -513,6 +524,12 @@ class Supervisor:
                 return int(status.read().strip())
         except (FileNotFoundError, ValueError):
             return None
+
+    def _refused(self, entry: Entry, error: str) -> None:
+        """The driver refused to run the pipeline as it is: failed at once, not restarted."""
+        entry.status, entry.wanted = FAILED, False
+        entry.reason = (f"refused: {error} (not restarted: running it again as it is would not help; fix the cause, "
+                        "then restart it)")
 
     def _after_crash(self, entry: Entry, how: str) -> None:
         policy = self._policies.setdefault(entry.name, self._policy())
