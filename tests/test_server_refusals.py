@@ -1,6 +1,7 @@
 """The server's refusals, answered at once and never retried as crashes, and what it does with a
 killed driver's other processes; in-process, without a JVM: the supervisor builds plans with
-``headrace explain`` (no Spark), and a test that would start a driver records the start instead."""
+``headrace explain`` (no Spark), and a test that would start a driver records the start instead,
+or starts a fake one. The last test starts real drivers, of a pipeline whose sink refuses to run."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from headrace.errors import REFUSED_EXIT_STATUS
 from headrace.runtime.restarts import RestartPolicy
 from headrace.server.driver import session_processes
 from headrace.server.operations import Operations
@@ -33,8 +37,6 @@ from headrace.server.registry import (
     Registry,
 )
 from headrace.server.supervisor import Supervisor
-
-pytestmark = pytest.mark.fast
 
 PIPELINE = """import headrace as hr
 
@@ -112,6 +114,7 @@ def checkpoint(root: Path, batches: int, partitions: int = 2, state: bool = Fals
     return folder
 
 
+@pytest.mark.fast
 def test_a_file_whose_loading_blocks_is_refused_with_422_naming_its_line(tmp_path: Path):
     supervisor = make_supervisor(tmp_path, load_timeout_s=2.0)
     (tmp_path / "app.py").write_text("import time\n\nimport headrace as hr\n\ntime.sleep(1000)\np = hr.Pipeline('x')\n")
@@ -125,6 +128,7 @@ def test_a_file_whose_loading_blocks_is_refused_with_422_naming_its_line(tmp_pat
     assert supervisor.registry.all() == []
 
 
+@pytest.mark.fast
 def test_a_drained_pipeline_is_refused_at_once_and_a_fresh_start_deletes_its_checkpoint_first(
         supervisor: Supervisor, launches: list[Entry], tmp_path: Path):
     file = pipeline_file(tmp_path)
@@ -150,6 +154,7 @@ def test_a_drained_pipeline_is_refused_at_once_and_a_fresh_start_deletes_its_che
     assert not root.exists() and not (state_dir / "progress.jsonl").exists()
 
 
+@pytest.mark.fast
 def test_a_fresh_submit_of_a_running_pipeline_is_refused(supervisor: Supervisor, tmp_path: Path):
     file = pipeline_file(tmp_path)
     state_dir = tmp_path / "state" / "pipelines" / "orders"
@@ -161,6 +166,7 @@ def test_a_fresh_submit_of_a_running_pipeline_is_refused(supervisor: Supervisor,
              "it with ?fresh=true (headrace restart orders --fresh) to stop it first")
 
 
+@pytest.mark.fast
 def test_a_submit_the_checkpoint_cannot_take_is_refused_with_the_reasons(supervisor: Supervisor,
                                                                          launches: list[Entry], tmp_path: Path):
     """The plan stored beside the checkpoint reads another source: the driver would refuse it."""
@@ -189,6 +195,7 @@ def test_a_submit_the_checkpoint_cannot_take_is_refused_with_the_reasons(supervi
     assert launches == [] and supervisor.registry.get("orders").status == PAUSED
 
 
+@pytest.mark.fast
 def test_a_rescale_headrace_rescale_would_refuse_is_refused_at_once(supervisor: Supervisor, tmp_path: Path):
     file = pipeline_file(tmp_path)
     state_dir = tmp_path / "state" / "pipelines" / "orders"
@@ -221,6 +228,7 @@ def test_a_rescale_headrace_rescale_would_refuse_is_refused_at_once(supervisor: 
     (RESCALING, "restart", "cannot restart pipeline 'orders': it is rescaling; wait until its rescale has started "
                            "it again"),
 ])
+@pytest.mark.fast
 def test_a_request_that_makes_no_sense_in_the_pipelines_status_is_refused_with_409(
         supervisor: Supervisor, tmp_path: Path, status: str, action: str, expected: str):
     supervisor.registry.put(Entry("orders", str(pipeline_file(tmp_path)), str(tmp_path / "state"), status, False,
@@ -232,6 +240,7 @@ def test_a_request_that_makes_no_sense_in_the_pipelines_status_is_refused_with_4
     assert (found.status, found.reason) == (status, "as it was")
 
 
+@pytest.mark.fast
 def test_pause_and_resume_still_go_where_they_make_sense(supervisor: Supervisor, launches: list[Entry],
                                                          tmp_path: Path):
     supervisor.registry.put(Entry("orders", str(pipeline_file(tmp_path)), str(tmp_path / "state"), RUNNING, True))
@@ -253,6 +262,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.fast
 def test_a_killed_drivers_other_processes_all_end_before_another_driver_starts(tmp_path: Path, monkeypatch):
     """SIGKILL of the driver's process alone leaves its JVM and Python workers: the supervisor ends
     them and starts the next driver only once every process of the old driver's session is gone."""
@@ -285,6 +295,7 @@ def test_a_killed_drivers_other_processes_all_end_before_another_driver_starts(t
                 pass
 
 
+@pytest.mark.fast
 def test_an_idle_standby_a_killed_server_left_is_ended_with_its_python_workers(tmp_path: Path):
     """A new server ends the idle standby an old one left: every process of its session, Spark's
     Python worker daemon (a process group of its own) too, not only its process group."""
@@ -309,6 +320,7 @@ def test_an_idle_standby_a_killed_server_left_is_ended_with_its_python_workers(t
                 pass
 
 
+@pytest.mark.fast
 def test_a_file_that_prints_as_it_loads_is_submitted(supervisor: Supervisor, launches: list[Entry], tmp_path: Path):
     file = pipeline_file(tmp_path)
     file.write_text('print("loading orders", {"a": 1})\nprint("{")\n' + file.read_text())
@@ -337,6 +349,7 @@ sys.exit(status)
                 "cause, then restart it)", 0),
     (1, RESTARTING, "driver exit status 1; restarting from its checkpoint in 60 s", 1),  # the backoff at most 60 s
 ])
+@pytest.mark.fast
 def test_a_driver_that_ends_refused_fails_the_pipeline_at_once_and_one_that_failed_otherwise_is_restarted(
         tmp_path: Path, monkeypatch, status: int, expected_status: str, reason_starts: str, restarts: int):
     supervisor = make_supervisor(tmp_path, policy=lambda: RestartPolicy(attempts=1, window_s=600, backoff_s=600))
@@ -356,3 +369,48 @@ def test_a_driver_that_ends_refused_fails_the_pipeline_at_once_and_one_that_fail
     assert [(e["message"], e["count"]) for e in supervisor.registry.exceptions("orders")] == [
         ("sink 'out' (orders.py:4): the directory 'out' already holds batches of an earlier run; remove it or use a "
          "new path", 1)]
+
+
+def test_a_pipeline_whose_sink_refuses_to_start_fails_after_one_driver_with_the_refusal_as_its_reason(
+        tmp_path: Path):
+    """A Files sink refuses a directory holding an earlier run's batches: a check only its driver can
+    make. The server starts one driver, not one more per restart, and says why through its API."""
+    from local_server import TOKEN
+
+    from headrace.server.http_api import Api, serve
+
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "a.jsonl").write_text('{"id": 1, "amount": 5}\n')
+    (tmp_path / "out" / "batch-0").mkdir(parents=True)  # an earlier run's batch
+    supervisor = make_supervisor(tmp_path)  # the default restart strategy: 3 restarts within 10 minutes
+    api = Api(supervisor, TOKEN, "127.0.0.1", 0)
+    http = serve(api)
+    api.bound(http.server_address[1])
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{http.server_address[1]}/api/pipelines"
+
+    def call(method: str, path: str = "", body: dict[str, Any] | None = None) -> Any:
+        request = urllib.request.Request(url + path, method=method, headers={"Authorization": f"Bearer {TOKEN}"},
+                                         data=None if body is None else json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            text = answer.read().decode()
+            return text if answer.headers.get_content_type() == "text/plain" else json.loads(text)
+
+    supervisor.start()
+    try:
+        call("POST", body={"file": str(pipeline_file(tmp_path))})
+        status = until("the pipeline's end", lambda: (found := call("GET", "/orders"))["status"] not in
+                       (RUNNING, "starting") and found, timeout=600)
+        log = call("GET", "/orders/logs")
+        exceptions = call("GET", "/orders/exceptions")["exceptions"]
+    finally:
+        supervisor.close()
+        http.shutdown()
+        http.server_close()
+    error = (f"sink 'out' (orders.py:4): the directory {str(tmp_path / 'out')!r} already holds batches of an earlier "
+             "run; remove it or use a new path")
+    assert (status["status"], status["restarts"], status["last_exit"]) == (FAILED, 0, REFUSED_EXIT_STATUS)
+    assert status["reason"] == (f"refused: {error} (not restarted: running it again as it is would not help; fix "
+                                "the cause, then restart it)")
+    assert [(e["message"], e["count"]) for e in exceptions] == [(error, 1)]  # one driver ended
+    assert [line for line in log.splitlines() if line.startswith("headrace: ")] == [f"headrace: {error}"]
