@@ -109,6 +109,33 @@ def test_a_rekeyed_window_is_refused(tmp_path):
         f"for the old settings. {FRESH}")
 
 
+def bids_with_sellers() -> hr.Pipeline:
+    p = hr.Pipeline("clicks")
+    bids = p.source("bids", TestSource([[{"item": 1, "ts": 1_000}]], schema={"item": "long", "ts": "timestamp"}),
+                    event_time="ts")
+    sellers = p.source("sellers", TestSource([[{"item": 1, "at": 2_000}]], schema={"item": "long", "at": "timestamp"}),
+                       event_time="at")
+    bids.join(sellers, on="item", window=hr.Tumbling("10s"), name="paired").sink("out", hr.sinks.Null())
+    return p
+
+
+@pytest.mark.fast
+def test_a_window_join_checkpoint_of_an_earlier_headrace_is_refused(tmp_path):
+    """A window join's checkpoint written before window joins were Spark's own kept its records by the
+    window's start, which Spark's window join cannot read: refused, naming the step."""
+    state = ran_with(tmp_path, bids_with_sellers())
+    stored = tmp_path / "clicks" / "plan.json"
+    record = json.loads(stored.read_text())
+    for node in record["nodes"]:
+        node.pop("state_key", None)
+    stored.write_text(json.dumps(record))
+    new = bids_with_sellers()
+    with pytest.raises(hr.IncompatibleCheckpoint) as refused:
+        PipelineRun(new, state_dir=state, progress="quiet").start()
+    assert (f"stateful step 'paired' (join, {where(new, 'paired')}) changed window join state by window start "
+            "(an earlier headrace) → by window: its saved state was built for the old settings") in str(refused.value)
+
+
 @pytest.mark.fast
 def test_another_window_shape_is_refused(tmp_path):
     message = refusal(tmp_path, clicks(), clicks(window=hr.Session("10s")))

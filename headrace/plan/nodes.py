@@ -263,7 +263,9 @@ class StreamJoinNode(Node):
     window: Tumbling | None = field(default=None, compare=False)
 
     def params(self) -> dict[str, Any]:
-        bound: dict[str, Any] = ({"window": self.window.to_json()} if self.window is not None
+        # A window join's state is kept under Spark's window column (``state_key``): a checkpoint whose
+        # record lacks it kept its records under the window's start, which a restart refuses.
+        bound: dict[str, Any] = ({"window": self.window.to_json(), "state_key": "window"} if self.window is not None
                                  else {"within_ms": [self.lower_ms, self.upper_ms]})
         return {"left_on": list(self.left_on), "right_on": list(self.right_on), "how": self.how, **bound}
 

@@ -108,8 +108,17 @@ def compare_stream_join(diff: StateDiff) -> None:
     diff.check_key("join keys of the right stream", "right_on")
     diff.check_key("join kind", "how")
     diff.check_key("window", "window", window_text)
+    diff.check("window join state", window_join_state(diff.old), window_join_state(diff.new))
     diff.check_fields("input fields", diff.old_input.get("schema"), diff.new_input.get("schema"))
     diff.allow("within_ms")
+
+
+def window_join_state(record: dict[str, Any]) -> str | None:
+    """Where a window join keeps each side's records: under Spark's window column, or (a checkpoint
+    written by a headrace before window joins were Spark's own) under the window's start."""
+    if record.get("window") is None:
+        return None
+    return "by window" if record.get("state_key") == "window" else "by window start (an earlier headrace)"
 
 
 def compare_dedupe(diff: StateDiff) -> None:
