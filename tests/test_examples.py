@@ -47,6 +47,7 @@ def python_blocks(path: Path) -> list[Block]:
     return blocks
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_explains(path):
     pipeline = load_pipeline(str(path))
@@ -55,6 +56,7 @@ def test_example_explains(path):
     assert "guarantee:" in text
 
 
+@pytest.mark.fast
 def test_examples_exist():
     assert {p.stem for p in EXAMPLES} >= {"word_count", "windowed_word_count", "ysb", "sessions", "files_to_postgres"}
 
@@ -265,10 +267,12 @@ def block_of(marker: str) -> Block:
     return block
 
 
+@pytest.mark.fast
 def test_each_block_run_by_its_own_test_is_in_the_docs():
     assert len({block_of(marker).where for marker in RUN_BY_THEIR_OWN_TEST}) == len(RUN_BY_THEIR_OWN_TEST)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("block", COMPLETE, ids=[b.where for b in COMPLETE])
 def test_a_complete_doc_block_loads_as_headrace_explain_loads_it(block, tmp_path, monkeypatch):
     from headrace.api.stream import Pipeline

@@ -115,6 +115,7 @@ def sources(p: hr.Pipeline, folder: Path, bounded: bool = True) -> tuple[hr.Stre
     return bids, auctions
 
 
+@pytest.mark.fast
 def test_the_model_tells_the_two_watermarks_apart():
     assert watermarks() == [8 * S, 31 * S, 50 * S]
     assert sorted(r["bt"] for r in late("left", 0)) == [1 * S, 20 * S]
@@ -195,6 +196,7 @@ def test_two_joins_in_one_query_judge_by_the_watermark_before_as_spark_does(spar
                            + [("right", r["id"]) for r in late("right", 1, 20 * S)])
 
 
+@pytest.mark.fast
 def test_the_late_records_of_a_join_whose_results_a_stateful_step_reads_are_refused(tmp_path):
     p = hr.Pipeline("join_late_refused")
     bids, auctions = sources(p, tmp_path)

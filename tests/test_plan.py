@@ -43,6 +43,7 @@ def fails(match: str) -> Any:
 
 # -- names -----------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_duplicate_names_name_both_definitions():
     p = hr.Pipeline("dupes")
     events = source(p)
@@ -60,6 +61,7 @@ def test_duplicate_names_name_both_definitions():
         source(p)
 
 
+@pytest.mark.fast
 def test_generated_names_are_unique_and_stable():
     p = hr.Pipeline("names")
     events = source(p)
@@ -70,6 +72,7 @@ def test_generated_names_are_unique_and_stable():
     assert [s.node.name for s in (a, b, c, d)] == ["filter", "filter_2", "filter_3", "filter_4"]
 
 
+@pytest.mark.fast
 def test_pipeline_name_and_guarantee_are_checked():
     with fails(r"pipeline name 'has space' must be a non-empty identifier"):
         hr.Pipeline("has space")
@@ -88,6 +91,7 @@ def test_pipeline_name_and_guarantee_are_checked():
     (lambda s: s.with_event_time("time"), "event_time", "event-time field"),
     (lambda s: s.join(s.pipeline.table("t", [{"user": "u", "x": 1}]), on="usr"), "join", "join field"),
 ])
+@pytest.mark.fast
 def test_an_unknown_column_names_the_step_the_line_and_the_known_columns(build, step, what):
     p = hr.Pipeline("columns")
     events = source(p)
@@ -99,12 +103,14 @@ def test_an_unknown_column_names_the_step_the_line_and_the_known_columns(build, 
     assert re.search(r"; the stream from '(events|key_by)' has user, kind, amount, ts$", message), message
 
 
+@pytest.mark.fast
 def test_a_projection_cannot_name_a_column_twice():
     p = hr.Pipeline("twice")
     with fails(r"step 'pick' .*: select names the column 'user' twice"):
         source(p).select("user", user=hr.col("kind"), name="pick")
 
 
+@pytest.mark.fast
 def test_columns_known_after_each_step_are_checked_too():
     p = hr.Pipeline("later")
     picked = source(p).select("user", total=hr.col("amount") * 2, name="pick")
@@ -114,6 +120,7 @@ def test_columns_known_after_each_step_are_checked_too():
     picked.filter(hr.expr("anything > 0"), name="sql")
 
 
+@pytest.mark.fast
 def test_join_on_a_column_the_table_lacks():
     p = hr.Pipeline("joins")
     table = p.table("countries", [{"code": "fr", "name": "France"}])
@@ -145,18 +152,21 @@ def test_join_on_a_column_the_table_lacks():
                                                 "got datetime.timedelta(0)"),
     (lambda: hr.Tumbling("ten seconds"), "hr.Tumbling ({where}): size: cannot read 'ten seconds' as a duration"),
 ])
+@pytest.mark.fast
 def test_bad_window_shapes_name_the_line_that_built_them(make, message):
     with pytest.raises(hr.PlanError) as error:
         make()
     assert str(error.value).startswith(message.format(where=f"{FILE}:{make.__code__.co_firstlineno}"))
 
 
+@pytest.mark.fast
 def test_valid_window_shapes():
     assert hr.Sliding("10s", "10s").slide_ms == 10_000
     assert hr.Tumbling(datetime.timedelta(minutes=1)).size_ms == 60_000
     assert str(hr.Session("90s")) == "session gap 90s"
 
 
+@pytest.mark.fast
 def test_windowing_a_stream_without_event_time():
     p = hr.Pipeline("no_time")
     keyed = source(p).key_by("user")
@@ -175,6 +185,7 @@ def test_windowing_a_stream_without_event_time():
     kept.window(hr.Tumbling("1m"), name="fine")  # no error: the field, hence the event time, is kept
 
 
+@pytest.mark.fast
 def test_event_time_field_and_delay_are_checked():
     p = hr.Pipeline("times")
     with fails(r"step 'event_time' .*: event-time field 'user' is a string; it must be a timestamp or epoch"):
@@ -186,12 +197,14 @@ def test_event_time_field_and_delay_are_checked():
     assert stream.node.to_json()["delay_ms"] == 2000
 
 
+@pytest.mark.fast
 def test_emit_must_be_final_or_updates():
     p = hr.Pipeline("emit")
     with fails(r"step 'window' .*: emit must be 'final' or 'updates', got 'early'"):
         source(p, event_time="ts").window(hr.Tumbling("1s")).count(emit="early")
 
 
+@pytest.mark.fast
 def test_stateful_steps_that_spark_cannot_chain_are_refused():
     """A window's results may feed another window (tests/test_multi_stage.py); these may not."""
     p = hr.Pipeline("chained")
@@ -213,6 +226,7 @@ def test_stateful_steps_that_spark_cannot_chain_are_refused():
          .window(hr.Tumbling("1m"), name="windowed").count())
 
 
+@pytest.mark.fast
 def test_final_windows_cannot_share_a_pipeline_with_updating_steps():
     p = hr.Pipeline("modes")
     keyed = source(p, event_time="ts").key_by("user")
@@ -226,6 +240,7 @@ def test_final_windows_cannot_share_a_pipeline_with_updating_steps():
         f"'running' ({FILE}:{line + 1}), which emits updates")
 
 
+@pytest.mark.fast
 def test_a_reduce_needs_a_pipeline_of_its_own_and_known_field_types():
     p = hr.Pipeline("reduces")
     keyed = source(p).key_by("user")
@@ -243,6 +258,7 @@ def test_a_reduce_needs_a_pipeline_of_its_own_and_known_field_types():
 
 # -- a stream that goes nowhere, missing ends ------------------------------------------------------
 
+@pytest.mark.fast
 def test_a_stream_that_goes_nowhere_names_its_last_step():
     p = hr.Pipeline("dangling")
     events = source(p)
@@ -262,6 +278,7 @@ def test_a_stream_that_goes_nowhere_names_its_last_step():
         keyed.validate()
 
 
+@pytest.mark.fast
 def test_a_pipeline_needs_a_source_and_a_sink():
     with fails(r"pipeline 'empty' has no source; add one with pipeline.source"):
         hr.Pipeline("empty").validate()
@@ -300,6 +317,7 @@ def untyped(event):  # noqa: ANN001, ANN201 - no annotations on purpose
     return event
 
 
+@pytest.mark.fast
 def test_a_map_needs_an_output_schema():
     p = hr.Pipeline("schemas")
     events = source(p)
@@ -340,6 +358,7 @@ def test_a_map_needs_an_output_schema():
     ({"user": hr.count()}, r"the aggregate user=count\(\) would replace the output column 'user'"),
     ({}, r"give at least one aggregate, e.g. aggregate\(n=hr.count\(\), total=hr.sum\('x'\)\)"),
 ])
+@pytest.mark.fast
 def test_bad_aggregates(aggs, message):
     p = hr.Pipeline("aggs")
     keyed = source(p).key_by("user")
@@ -349,6 +368,7 @@ def test_bad_aggregates(aggs, message):
     assert str(error.value).startswith(f"step 'stats' ({FILE}:{line}): ")
 
 
+@pytest.mark.fast
 def test_window_aggregates_cannot_reuse_the_window_columns():
     p = hr.Pipeline("window_aggs")
     windowed = source(p, event_time="ts").key_by("user").window(hr.Tumbling("1s"), name="w")
@@ -359,6 +379,7 @@ def test_window_aggregates_cannot_reuse_the_window_columns():
                                    ("n", "long"), ("total", "long"), ("top", "long"), ("avg", "double"))
 
 
+@pytest.mark.fast
 def test_rolling_aggregate_schemas_and_names():
     p = hr.Pipeline("rolling")
     keyed = source(p).key_by("user", "kind")
@@ -378,6 +399,7 @@ def test_rolling_aggregate_schemas_and_names():
 
 # -- union -----------------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_union_needs_the_same_fields_and_types():
     p = hr.Pipeline("unions")
     a = source(p, "a")
@@ -402,6 +424,7 @@ def test_union_needs_the_same_fields_and_types():
 
 # -- guarantees ------------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_exactly_once_with_an_at_least_once_sink_fails_when_built():
     p = hr.Pipeline("strict", guarantee="exactly-once")
     events = source(p)
@@ -438,6 +461,7 @@ def build_full_pipeline() -> hr.Pipeline:
     return p
 
 
+@pytest.mark.fast
 def test_to_json_describes_every_node():
     p = build_full_pipeline()
     plan = p.to_json()
@@ -514,6 +538,7 @@ def test_explain_shows_the_dag_the_lowering_and_the_guarantee():
     assert len(lines) == 5 + 2 * len(p.plan.nodes) + 2
 
 
+@pytest.mark.fast
 def test_explain_of_updating_and_python_steps():
     p = hr.Pipeline("updates")
     events = source(p)
@@ -529,6 +554,7 @@ def test_explain_of_updating_and_python_steps():
     assert lowering_of(reducing.plan)["latest"] == "stateful processor (applyInPandasWithState), update mode"
 
 
+@pytest.mark.fast
 def test_building_a_plan_never_starts_spark():
     """Build, validate, explain and export a plan in a fresh interpreter: no JVM is started."""
     code = (
@@ -547,6 +573,7 @@ def test_building_a_plan_never_starts_spark():
 
 # -- columns called like a step's options --------------------------------------------------------
 
+@pytest.mark.fast
 def test_a_column_can_be_called_name_ttl_or_emit():
     """A keyword argument that holds a column expression (or an aggregate) is a column, whatever
     it is called; a mapping names columns beside a step name; a wrong step name says why."""
@@ -582,6 +609,7 @@ def test_a_column_can_be_called_name_ttl_or_emit():
         events.with_columns({"name": hr.lit(1)}, name=hr.lit(2))
 
 
+@pytest.mark.fast
 def test_a_sink_that_cannot_take_updates_is_refused_when_the_pipeline_is_built(tmp_path):
     p = hr.Pipeline("updates_into_files")
     count_line = next_line()
@@ -612,6 +640,7 @@ def test_a_sink_that_cannot_take_updates_is_refused_when_the_pipeline_is_built(t
     q.validate()
 
 
+@pytest.mark.fast
 def test_explain_says_where_the_watermark_is_taken():
     p = hr.Pipeline("watermark_places")
     events = source(p, event_time="ts")
@@ -646,6 +675,7 @@ print(sorted(m for m in ("pyspark", "py4j") if m in sys.modules))
 """
 
 
+@pytest.mark.fast
 def test_building_and_checking_a_plan_never_loads_pyspark():
     done = subprocess.run([sys.executable, "-c", BUILD_ONLY], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

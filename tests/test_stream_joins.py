@@ -112,6 +112,7 @@ def sources(p: hr.Pipeline) -> tuple[hr.Stream, hr.Stream]:
     return bids, auctions
 
 
+@pytest.mark.fast
 def test_the_data_keeps_clear_of_the_late_boundary():
     # judged by the watermark after the batch before or after the one before that, the same records are late
     for time, other, other_time, rows in (("bt", AUCTIONS, "at", BIDS), ("at", BIDS, "bt", AUCTIONS)):
@@ -401,6 +402,7 @@ sinks:
 """
 
 
+@pytest.mark.fast
 def test_a_pipeline_file_joins_two_streams_as_the_fluent_api_does(tmp_path):
     from headrace.api.pipeline_file import load_pipeline_file
 
@@ -464,11 +466,13 @@ def bolt() -> hr.JoinBolt:
     (lambda: bolt().join("auctions", "id", "bids").select("persons:name").with_tumbling_window("20s"),
      r"select names 'persons', which the bolt does not join; it joins auctions, bids"),
 ])
+@pytest.mark.fast
 def test_a_join_bolt_is_refused_with_the_reason(build, message):
     with pytest.raises(PlanError, match=r"JoinBolt\('bids', 'auction'\) \(test_stream_joins.py:\d+\): " + message):
         join_bolt_topology(build())
 
 
+@pytest.mark.fast
 def test_a_join_bolt_reads_only_the_streams_it_joins():
     builder, _ = join_bolt_topology(
         bolt().join("auctions", "id", "bids").select("bids:auction").with_timestamp_field("ts")
@@ -492,6 +496,7 @@ def join_of(how: str = "inner", within: Any = "10s", window: Any = None) -> hr.P
     return p
 
 
+@pytest.mark.fast
 def test_a_restart_takes_another_interval_and_refuses_another_kind_of_join():
     from headrace.runtime.compatibility import compare, plan_record
 
