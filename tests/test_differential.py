@@ -57,7 +57,6 @@ def as_multiset(rows: list[dict[str, Any]], sink: str, kind: str) -> Counter:
 def run_headrace(spec: Spec, folder: Path) -> tuple[dict[str, list[dict[str, Any]]], Any]:
     write_input(spec, folder / "input")
     built = build(spec, f"differential_{os.getpid()}_{next(_names)}", folder)
-    headrace.testing._ship_test_modules(built.pipeline)
     result = PipelineRun(built.pipeline, state_dir=str(folder / "state"), progress="quiet", fresh=True).start().wait()
     rows = {}
     for name, connector in built.sinks.items():

@@ -97,7 +97,6 @@ def test_a_crashed_python_worker_beyond_retries(spark, tmp_path, capsys):
     restarted once (the policy), crashes again, and the run ends naming the step."""
     p = hr.Pipeline("crashing")
     p.source("numbers", numbers(2)).map(crash, schema={"n": "long"}, name="crash").sink("out", TestSink())
-    hr.testing._ship_test_modules(p)
     run = PipelineRun(p, state_dir=str(tmp_path), progress="line", restart_attempts=1, restart_backoff="100ms")
     with pytest.raises(hr.PipelineFailed) as error:
         run.start().wait()
@@ -280,7 +279,6 @@ def test_a_killed_source_runner_is_restarted_and_the_output_is_exact(spark, tmp_
             for pid in killed:
                 os.kill(pid, signal.SIGKILL)
 
-    hr.testing._ship_test_modules(p)
     run = PipelineRun(p, state_dir=str(tmp_path), progress="json", restart_backoff="200ms").start()
     result = run.wait(until_exhausted=True, on_settled=kill_the_runner)
     assert killed, "no source runner found"
@@ -322,7 +320,6 @@ def test_a_python_worker_that_does_not_start_is_restarted_and_the_output_is_exac
     rows = [[{"k": (step * 10 + i) % 3, "n": step * 10 + i} for i in range(10)] for step in range(3)]
     (p.source("numbers", TestSource(rows, schema={"k": "long", "n": "long"})).key_by("k")
      .window(hr.Count(5), name="fives").count().sink("out", out))
-    hr.testing._ship_test_modules(p)
     context = spark.sparkContext
     python, context.pythonExec = context.pythonExec, str(stranger)  # the workers of this run's query start through it
     try:

@@ -106,7 +106,6 @@ def test_max_seconds_stops_a_bounded_input_before_its_end(spark, tmp_path: Path)
     # half a second a batch, 80 s in all; 12 s leave a loaded machine (CI's) time for a first batch
     (p.source("lines", hr.sources.Generator("words", limit=40_000, rows_per_batch=250))
      .map(_slow_copy, schema={"line": "string"}).sink("out", sink))
-    hr.testing._ship_test_modules(p)
     result = PipelineRun(p, state_dir=str(tmp_path / "state"), progress="quiet").start().wait(max_seconds=12)
     assert result.stopped_by == "ran for 12 s"
     assert 0 < result.input_rows < 40_000

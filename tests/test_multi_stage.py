@@ -382,7 +382,6 @@ def test_a_window_process_step_over_window_results_gets_every_result(spark, tmp_
             summed, schema=SUMMED)
         nested.sink("out", sink)
         run = PipelineRun(p, state_dir=str(tmp_path / type(sink).__name__), progress="quiet")
-        hr.testing._ship_test_modules(p)
         assert run.start().wait(until_exhausted=True).late_rows_dropped == 1
         if isinstance(sink, TestSink):
             rows = sink.rows()

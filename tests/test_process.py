@@ -178,13 +178,11 @@ def test_a_process_step_restarts_from_its_checkpoint_exactly(spark, tmp_path):
 
     state = str(tmp_path / "parts")
     first, out = sessions_pipeline("process_parts")
-    hr.testing._ship_test_modules(first)
     run = PipelineRun(first, state_dir=state, progress="quiet").start()
     run.wait(until_exhausted=True, on_settled=lambda r: len(r.progress_log) >= 3 and r.request_stop("test"))
     assert not run.exhausted()
     second, out_after = sessions_pipeline("process_parts")
     second.plan.nodes["out"].connector.batches.update(out.batches)  # the same sink, across the restart
-    hr.testing._ship_test_modules(second)
     PipelineRun(second, state_dir=state, progress="quiet").start().wait(until_exhausted=True)
 
     assert rows(out_after) == rows(whole_out) == sorted(json.dumps(r, default=str, sort_keys=True) for r in EXPECTED)

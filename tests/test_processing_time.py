@@ -17,7 +17,6 @@ UTC = datetime.UTC
 def run_two_files(p: hr.Pipeline, inbox: Path, state: Path, first: str, second: str) -> int:
     """Run ``p`` on one file, then on a second one; returns the wall clock at the start (ms)."""
     (inbox / "1.jsonl").write_text(first)
-    hr.testing._ship_test_modules(p)
     started = int(datetime.datetime.now(tz=UTC).timestamp() * 1000)
     run = PipelineRun(p, state_dir=str(state), progress="quiet").start()
     run.settle()

@@ -21,7 +21,6 @@ def at(ms: int) -> datetime.datetime:
 
 
 def run(p: hr.Pipeline, tmp_path: Any) -> Any:
-    hr.testing._ship_test_modules(p)  # the process function is defined in this test module
     run = PipelineRun(p, state_dir=str(tmp_path), progress="quiet").start()
     return run.wait(until_exhausted=True)
 

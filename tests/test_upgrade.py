@@ -322,7 +322,6 @@ def windows(upgrade: str = "") -> tuple[hr.Pipeline, dict[str, TestSink]]:
     if upgrade == "sink":
         sinks["audit"] = TestSink()
         counts.sink("audit", sinks["audit"])
-    hr.testing._ship_test_modules(p)
     return p, sinks
 
 

@@ -9,6 +9,7 @@
   ``hr.MapState``: handles, time-to-live and sweeping.
 * ``instances`` - runs one Apex-style operator or Storm bolt instance over one streaming window.
 * ``tuple_windows`` - which tuples each activation of a Storm windowed bolt holds.
+* ``rolling`` - the fold of a rolling ``reduce``: the user's function over a key's records.
 
 The Spark side (``headrace/spark/``) stores this state under each key and calls the operators
 once per micro-batch; the operators may import the public modules (``headrace.windows``,

@@ -19,9 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from headrace.code_locations import function_label
+from headrace.engine.rolling import Fold, reduce_fold
 from headrace.engine.window_functions import BuiltinAggregates
-from headrace.errors import StepFunctionError
 from headrace.lazy_modules import LazyModule
 from headrace.plan.nodes import RollingAggregateNode
 from headrace.schema import to_ddl
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 else:
     pd = LazyModule("pandas")  # imported on first use: building and checking a plan needs no pandas
 
-Fold = Callable[[Any, dict[str, Any]], Any]  # (accumulator or None, record) -> accumulator
 
 
 def lower_rolling(node: RollingAggregateNode, lowering: Compilation) -> DataFrame:
@@ -48,23 +46,7 @@ def lower_rolling(node: RollingAggregateNode, lowering: Compilation) -> DataFram
 
 def _reduce(node: RollingAggregateNode) -> tuple[Fold, Callable[[Any, Any], dict[str, Any]]]:
     assert node.schema is not None and node.reduce_fn is not None
-    names = [n for n, _ in node.schema]
-    fn, step, label = node.reduce_fn, node.name, function_label(node.reduce_fn)
-
-    def fold(accumulated: Any, record: dict[str, Any]) -> Any:
-        if accumulated is None:
-            return record
-        try:
-            result = fn(dict(accumulated), record)
-        except Exception as exc:
-            raise StepFunctionError(f"step '{step}' ({label}) raised {type(exc).__name__}: {exc} "
-                                    f"(accumulated: {accumulated!r}, record: {record!r})") from exc
-        if not isinstance(result, dict):
-            raise StepFunctionError(f"step '{step}' ({label}) returned a {type(result).__name__}; a reduce "
-                                    f"function must return a dict with the fields {names}")
-        return {n: result.get(n) for n in names}
-
-    return fold, lambda key, accumulated: accumulated
+    return reduce_fold(node.name, node.reduce_fn, [n for n, _ in node.schema]), lambda key, accumulated: accumulated
 
 
 def _aggregates(node: RollingAggregateNode) -> tuple[Fold, Callable[[Any, Any], dict[str, Any]]]:

@@ -8,7 +8,7 @@ import datetime
 import json
 from typing import Any
 
-from headrace.code_locations import function_label
+from headrace.engine.rolling import reduce_fold
 from headrace.engine.window_functions import BuiltinAggregates, ProcessWindow, ReduceWindow, UserAggregate
 from headrace.engine.window_panes import Dropped, Fired, WindowLogic, WindowState
 from headrace.errors import StepFunctionError
@@ -157,19 +157,8 @@ class RollingStep(Operator):
         if self.node.reduce_fn is None:
             return self.aggregates.add(self.aggregates.create() if accumulated is None else accumulated, record)
         names = [n for n, _ in self.node.schema or ()]
-        record = {n: record.get(n) for n in names}
-        if accumulated is None:
-            return record
-        label = function_label(self.node.reduce_fn)
-        try:
-            result = self.node.reduce_fn(dict(accumulated), record)
-        except Exception as exc:
-            raise StepFunctionError(f"step '{self.node.name}' ({label}) raised {type(exc).__name__}: {exc} "
-                                    f"(accumulated: {accumulated!r}, record: {record!r})") from exc
-        if not isinstance(result, dict):
-            raise StepFunctionError(f"step '{self.node.name}' ({label}) returned a {type(result).__name__}; a reduce "
-                                    f"function must return a dict with the fields {names}")
-        return {n: result.get(n) for n in names}
+        fold = reduce_fold(self.node.name, self.node.reduce_fn, names)
+        return fold(accumulated, {n: record.get(n) for n in names})
 
     def _result(self, key: Any) -> Row:
         accumulated = self.accumulators[key]
