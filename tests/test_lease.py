@@ -17,11 +17,12 @@ import headrace as hr
 from headrace.environment.lease import Lease, LeaseHeld
 from headrace.runtime.runner import PipelineRun
 
+pytestmark = pytest.mark.fast  # needs no JVM and no service
+
 HOLD = """
 import sys, time
 from headrace.environment.lease import Lease
 
-pytestmark = pytest.mark.fast  # needs no JVM and no service
 Lease(sys.argv[1], "clicks").acquire()
 print("held", flush=True)
 time.sleep(600)
