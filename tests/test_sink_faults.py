@@ -358,8 +358,9 @@ def test_files_emptied_after_a_run_stops_the_next_start(spark, tmp_path):
     run_to_completion(numbers(pipeline, out=hr.sinks.Files(str(out), format="jsonl")), state_dir=state)
     assert file_rows(out) == expected()
     empty(out)
-    with pytest.raises(SinkError) as caught:
-        run_to_completion(numbers(pipeline, out=hr.sinks.Files(str(out), format="jsonl")), state_dir=state)
+    with pytest.raises(SinkError) as caught:  # a restart on the finished run's checkpoint
+        PipelineRun(numbers(pipeline, out=hr.sinks.Files(str(out), format="jsonl")), state_dir=state,
+                    progress="quiet").start().wait(until_exhausted=True)
     record = Path(state) / pipeline / "run" / "sinks" / "out.json"
     assert str(caught.value) == (
         f"sink 'out' ({SINK_AT}): the directory '{out}' was emptied after this sink began writing into it (run "

@@ -208,10 +208,8 @@ class FileSink(SinkConnector):
         elif not batches and not manifest:
             self._lost_batches("was emptied")
         elif first is not None and batches:
-            # up to the last batch committed, which Spark's layout (a manifest) does not keep here
-            last = batches[-1] if manifest else max(batches[-1], record.get("last") or 0)
             never_given = {batch for low, high in _skipped(record) for batch in range(low, high + 1)}
-            gaps = sorted(set(range(first, last + 1)) - set(batches) - never_given)
+            gaps = sorted(set(range(first, batches[-1] + 1)) - set(batches) - never_given)
             if gaps:
                 shown = ", ".join(map(str, gaps[:10])) + (", ..." if len(gaps) > 10 else "")
                 self._lost_batches(f"lost the directories of batch{'es' if len(gaps) > 1 else ''} {shown}")
