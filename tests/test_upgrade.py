@@ -225,12 +225,12 @@ def test_stateless_changes_and_new_sinks_are_allowed_without_spark():
 @pytest.mark.fast
 def test_a_file_sink_that_would_change_writer_is_refused(tmp_path):
     def files(*extra: str) -> hr.Pipeline:
-        # no window on Spark's operator: its late records would be counted in foreachBatch (late_counts.py)
         p = hr.Pipeline("clicks")
-        clicks = p.source("events", hr.sources.Generator("clicks", limit=10_000)).filter(hr.col("url") != "none")
-        clicks.sink("files", hr.sinks.Files(str(tmp_path / "out"), format="jsonl"))
+        counts = (p.source("events", hr.sources.Generator("clicks", limit=10_000), event_time="event_time")
+                  .key_by("user_id").window(hr.Tumbling("10s"), name="per_10s").count())
+        counts.sink("files", hr.sinks.Files(str(tmp_path / "out"), format="jsonl"))
         for name in extra:
-            clicks.sink(name, hr.sinks.Null())
+            counts.sink(name, hr.sinks.Null())
         return p
     message = refusal(tmp_path, files(), files("more"))
     assert ("sink 'files' (FileSink, test_upgrade.py:" in message

@@ -33,7 +33,7 @@ from headrace.contract import (
     flush_rows,
 )
 from headrace.spark import marked_counts, sink_timings
-from headrace.spark.marked_counts import GOOD_ROWS, LATE_IN, LATE_KEPT, MarkedStep
+from headrace.spark.marked_counts import GOOD_ROWS, MarkedStep
 
 TOTALS = ("input_rows", "dead_letters", "late_rows_dropped")
 
@@ -197,19 +197,15 @@ class BatchLog:
         dead: dict[str, int] = {}
         rows = marked_counts.take(str(progress.get("name") or ""), int(progress["batchId"]))
         control = control_rows(progress)
-        late = 0  # a window's rows in less its rows kept (headrace/spark/late_counts.py)
         for position, passed in rows.items():
             if position not in self.marks:
                 continue
             step, copies, counts = self.marks[position]
             if counts == GOOD_ROWS:  # the pipeline's one source: its records are the batch's input rows
                 dead[step] = figures["input_rows"] - passed
-            elif counts in (LATE_IN, LATE_KEPT):
-                late += passed if counts == LATE_IN else -passed
             else:
                 records[step] = passed - copies * control
         figures["dead_letters"] += sum(dead.values())
-        figures["late_rows_dropped"] += late
         for step, consumer in self.same_as_output:
             if consumer in records and step not in records:
                 records[step] = records[consumer]

@@ -17,8 +17,6 @@ from headrace.plan.nodes import Node, SourceNode
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from headrace.spark.marked_counts import MarkedStep
-
 
 class Compilation(Protocol):
     """One compilation: the plan, the session, the DataFrames built so far and where the
@@ -38,8 +36,6 @@ class Compilation(Protocol):
     observed_sources: dict[str, DataFrame]
     raw_outputs: dict[str, DataFrame]
     batch_id: int | None  # inside foreachBatch: the micro-batch's id and the checkpoint
-    count_steps: bool  # the streaming query's lowering: each step's records are counted
-    marks: dict[int, MarkedStep]  # the steps counted by a marker, by position (headrace/spark/marked_counts.py)
     checkpoint: str | None
     cached: list[DataFrame]
 

@@ -42,8 +42,6 @@ _counts: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
 
 
 GOOD_ROWS = "good rows"  # a source's marker counts its good rows: its dead letters are its input rows less them
-# a window's late records are the rows its aggregate reads less those kept (headrace/spark/late_counts.py)
-LATE_IN, LATE_KEPT = "late: rows in", "late: rows kept"
 
 
 class MarkedStep(NamedTuple):

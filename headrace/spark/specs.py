@@ -132,19 +132,8 @@ def native_sink_format(plan: Plan, node: Any) -> str | None:
     """The format of Spark's own streaming writer for the sink ``node``, when it is the
     pipeline's only sink, its connector has one and no operator runs in foreachBatch;
     otherwise sinks commit per batch."""
-    alone = (len(plan.sinks()) == 1 and not has_operators(plan) and not late_records_of_joins(plan)
-             and not counts_late_rows(plan))
+    alone = len(plan.sinks()) == 1 and not has_operators(plan) and not late_records_of_joins(plan)
     return node.connector.native_format if alone else None
-
-
-def counts_late_rows(plan: Plan) -> bool:
-    """Whether the query counts the late records of a Spark window operator itself, in
-    ``foreachBatch`` (``headrace/spark/late_counts.py``): a window step on Spark's operator that
-    reads records, or an SQL step's windows."""
-    return any(isinstance(node, nodes.WindowAggregateNode) and not window_needs_processor(plan, node)
-               and not reads_results(plan, node)
-               or isinstance(node, nodes.SqlNode) and node.shape in (nodes.WINDOWED, nodes.CHAINED_WINDOWS)
-               for node in plan.nodes.values())
 
 
 def late_records_of_joins(plan: Plan) -> list[Any]:

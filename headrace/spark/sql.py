@@ -34,7 +34,7 @@ from pyspark.sql.types import StructField, StructType, TimestampType
 from headrace.contract import CONTROL_COLUMN
 from headrace.errors import PlanError
 from headrace.plan.graph import Plan
-from headrace.plan.nodes import CHAINED_WINDOWS, DISTINCT, JOINED, SQL_OUTPUT_MODES, WINDOWED, SqlNode
+from headrace.plan.nodes import DISTINCT, JOINED, SQL_OUTPUT_MODES, SqlNode
 from headrace.plan.sql_joins import JoinWindow
 from headrace.plan.sql_query import (
     Position,
@@ -49,7 +49,6 @@ from headrace.plan.sql_query import (
     without_distinct,
 )
 from headrace.spark.join_lowering import judged_by_window
-from headrace.spark.late_counts import count_late_rows
 from headrace.spark.stateless import without_control, without_result_time
 from headrace.spark.watermarks import DELAY_KEY
 
@@ -124,8 +123,6 @@ def lower_sql(node: SqlNode, lowering: Compilation) -> DataFrame:
     finally:
         for view in views.values():
             spark.catalog.dropTempView(view)
-    if node.shape in (WINDOWED, CHAINED_WINDOWS):  # Spark would count late (key, window) groups
-        result = count_late_rows(result, lowering, node.name)
     if windows:  # a stream's window column, read by SELECT * or t.*
         result = result.drop(*{w.column for w in windows.values()})
     result = _flatten_windows(node, result)

@@ -33,7 +33,6 @@ from headrace.plan.nodes import RESULT_TIME, WindowAggregateNode
 from headrace.schema import TYPE_ALIASES
 from headrace.spark.clocks import uses_test_clock
 from headrace.spark.expressions import aggregate_columns
-from headrace.spark.late_counts import count_late_rows
 from headrace.spark.specs import window_needs_processor
 from headrace.spark.stateful import (
     GROUP,
@@ -289,7 +288,6 @@ def lower_window(node: WindowAggregateNode, lowering: Compilation) -> DataFrame:
     whole_stream = [(F.unix_micros(event_time) * 0).alias("_hr_whole_stream")] if (
         shape.spark_function == "session_window" and not keys) else []
     grouped = df.groupBy(*keys, *whole_stream, window.alias("_hr_window")).agg(*aggregate_columns(node.aggs))
-    grouped = count_late_rows(grouped, lowering, node.name)  # Spark would count late (key, window) groups
     # window_time keeps the watermark's mark on the column, so a later stateful step can read it
     timed = [F.window_time("_hr_window").alias(RESULT_TIME)] if lowering.result_time(node) else []
     return grouped.select(*keys, F.col("_hr_window.start").alias("window_start"),

@@ -28,18 +28,11 @@ from headrace.environment.checkpoints import query_id
 from headrace.errors import SinkError, describe, python_worker_crashed, raised_inside
 from headrace.plan.graph import Plan
 from headrace.plan.nodes import SinkNode
-from headrace.spark import late_counts, marked_counts, real_time, sink_timings, stages
+from headrace.spark import marked_counts, real_time, sink_timings, stages
 from headrace.spark.batch_roots import shared_root
 from headrace.spark.compiler import Compiled, Lowering, query_roots
 from headrace.spark.real_time import REAL_TIME
-from headrace.spark.specs import (
-    counts_late_rows,
-    has_operators,
-    native_sink_format,
-    spec_of,
-    stateful_steps,
-    trigger_interval,
-)
+from headrace.spark.specs import has_operators, native_sink_format, spec_of, stateful_steps, trigger_interval
 
 SINK_TAG = "_hr_sink"
 # Spark's writers that take asynchronous progress tracking: a stateless query writing with them
@@ -108,8 +101,6 @@ def start_query(plan: Plan, compiled: Compiled, checkpoint: str, run_dir: str, a
             writer = writer.options(asyncProgressTrackingEnabled="true", asyncProgressTrackingCheckpointIntervalMs="0")
     else:
         started = _StartedQuery()
-        if counts_late_rows(plan):  # the watermark each batch judges late rows by (late_counts.py)
-            dispatch = late_counts.PerBatch(checkpoint, stateful > 1).around(dispatch, started.wait)
         in_query = _steps_in_query(plan, route)
         marked = {position for position, mark in compiled.lowering.marks.items() if mark.step in in_query}
         reads_marks = bool(marked)  # the steps run per batch are read from Spark's store (counted_by_spark_store)

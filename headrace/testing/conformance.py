@@ -11,9 +11,8 @@ one line per case and closes with ``N passed, M failed`` (exit status 1 if any f
   the watermark is the minimum over sources. Spark drops late records silently there, so
   the dropped records are those of each batch whose every window had ended at the
   watermark Spark applied to that batch, and headrace's count of late drops must agree (the
-  run's ``late_rows_dropped``: headrace's count of the records Spark's operator drops
-  (``headrace/spark/late_counts.py``), the window processor's for the others, such as sliding
-  windows).
+  run's ``late_rows_dropped``: Spark's count for the windows its operator runs, the window
+  processor's for the others, such as sliding windows).
 * ``per_event`` and ``none``: each event is its own micro-batch; ``watermark``,
   ``processing_time`` and ``end_of_stream`` markers become control steps of the test
   source; the window runs as headrace's stateful processor and its late side output gives
@@ -75,7 +74,9 @@ class SparkCases:
         return [millis(datetime.datetime.fromisoformat(m.replace("Z", "+00:00"))) or 0 for m in marks]
 
     def late_dropped(self, run: Any) -> int:
-        return sum(figures["late_rows_dropped"] for figures in run.batches.figures)
+        from headrace.runtime.progress import summarise
+
+        return sum(summarise(report)["late_rows_dropped"] for report in run.progress_log)
 
 
 class LocalCases:
