@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import test_join_late_records as late_model
 import test_stream_joins as joins_model
+import test_window_joins as window_joins
 
 import headrace as hr
 from headrace.testing import TestSink, TestSource, Watermark, run_locally, run_to_completion
@@ -130,14 +131,7 @@ def test_two_joins_judge_by_the_watermark_before_each_micro_batch():
 # watermark is 7 s after step 0, 17 s after step 1, 29 s after step 2, 35 s after step 3, then the
 # end of the input. Micro-batch ids: step n is batch 2n; each moved the watermark, so batch 2n + 1
 # runs without data and lets go of the windows it passed; the flush is batch 8, its own batch 9.
-LEFT = [[{"k": "a", "lv": 1, "lt": 8 * S}, {"k": "e", "lv": 7, "lt": 2 * S}],
-        [{"k": "b", "lv": 2, "lt": 5 * S}, {"k": "c", "lv": 3, "lt": 18 * S}],
-        [{"k": "d", "lv": 4, "lt": 15 * S}, {"k": "z", "lv": 5, "lt": 30 * S}, {"k": "a", "lv": 8, "lt": 6 * S}],
-        [{"k": "y", "lv": 6, "lt": 31 * S}, {"k": "z", "lv": 9, "lt": 38 * S}]]
-RIGHT = [[{"k": "b", "rv": 10, "rt": 9 * S}, {"k": "e", "rv": 15, "rt": 4 * S}],
-         [{"k": "d", "rv": 11, "rt": 19 * S}, {"k": "b", "rv": 16, "rt": 12 * S}],
-         [{"k": "a", "rv": 12, "rt": 3 * S}, {"k": "z", "rv": 13, "rt": 35 * S}, {"k": "c", "rv": 17, "rt": 11 * S}],
-         [{"k": "x", "rv": 14, "rt": 33 * S}, {"k": "z", "rv": 18, "rt": 25 * S}]]
+LEFT, RIGHT = window_joins.LEFT, window_joins.RIGHT
 # (k, lv, lt, rv, rt, window start, window end) by batch: a pair in the batch of its later record
 # (the left b at 5 s arrives at 7 s, its window [0, 10) still open); the left a at 6 s and the right
 # a at 3 s are late (their window ended at 10 s, the watermark is 17 s)
